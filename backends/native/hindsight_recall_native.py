@@ -1,0 +1,186 @@
+"""PostgreSQL full text search (tsvector + GIN): no extension needed, Citus-compatible."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hindsight_recall.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from hindsight_recall.settings import Settings
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Han (with iteration marks and compatibility ideographs), Kana and Hangul. These scripts do not
+# separate words with spaces, so the default parser would index a whole sentence as one lexeme.
+_CJK_RUN = re.compile(
+    "["
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u3005\u3007"  # ideographic iteration mark, ideographic zero
+    "\u3041-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana
+    "\u3130-\u318f"  # Hangul compatibility Jamo
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\ua960-\ua97f"  # Hangul Jamo extended A
+    "\uac00-\ud7af"  # Hangul syllables
+    "\ud7b0-\ud7ff"  # Hangul Jamo extended B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff66-\uff9f"  # halfwidth Katakana
+    "\uffa0-\uffdc"  # halfwidth Hangul
+    "\U00020000-\U000323af"  # CJK extensions B-H
+    "]+"
+)
+
+# Document frequency per query lexeme, from the planner statistics of search_vector. Lexemes
+# missing from most_common_elems are rare, so they count as frequency 0.
+_TERM_FREQUENCIES = """
+WITH stats AS (
+    SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs
+    FROM pg_stats
+    WHERE schemaname = current_schema() AND tablename = 'memory_units' AND attname = 'search_vector'
+), terms AS (
+    SELECT t.ord, t.token, (tsvector_to_array(to_tsvector(CAST(:language AS regconfig), t.token)))[1] AS lexeme
+    FROM unnest(CAST(:tokens AS text[])) WITH ORDINALITY AS t(token, ord)
+)
+SELECT terms.ord, terms.token, terms.lexeme,
+       COALESCE((SELECT stats.freqs[array_position(stats.elems, terms.lexeme)] FROM stats), 0) AS freq
+FROM terms ORDER BY terms.ord
+"""
+
+
+def cjk_bigrams(run: str) -> list[str]:
+    """Overlapping bigrams of a run of CJK characters; a single character stays as it is.
+
+    :param run: characters that all match the CJK pattern.
+    """
+    if len(run) < 2:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def bigram_cjk_runs(text: str) -> str:
+    """Replace every CJK run in ``text`` by its space-separated bigrams, set apart by spaces.
+
+    :param text: any text.
+    """
+    return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group())) + " ", text)
+
+
+def query_terms(tokens: Sequence[str]) -> list[str]:
+    """Distinct search terms of the query tokens, in order; CJK runs become bigrams.
+
+    Anything that is not a letter, mark, digit or underscore splits a token, so no term can carry
+    tsquery syntax (quotes, operators, NUL) even if a caller passes raw text.
+
+    :param tokens: the lower-cased word tokens of the query.
+    """
+    terms: list[str] = []
+    for token in tokens:
+        cleaned = "".join(ch if ch == "_" or unicodedata.category(ch)[0] in "LMN" else " " for ch in token)
+        for piece in bigram_cjk_runs(cleaned.lower()).split():
+            terms.append(piece)
+    return list(dict.fromkeys(terms))
+
+
+class NativeSettings(BaseSettings):
+    """Settings of the native backend (``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_", extra="ignore")
+
+    #: The text-search configuration (dictionary); inlined as a literal, hence an identifier.
+    language: str = "english"
+
+    @field_validator("language")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError(
+                "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_LANGUAGE must be a text-search "
+                "configuration name such as 'english' or 'simple'"
+            )
+        return value
+
+
+class NativeBackend:
+    """PostgreSQL tsvector full text search ranked with ts_rank_cd."""
+
+    name = "native"
+    citus_compatible = True
+    supports_cjk = True
+
+    def __init__(self, settings: Settings | None = None, config: NativeSettings | None = None) -> None:
+        self.config = config or NativeSettings()
+        self.language = self.config.language
+        self.max_terms = settings.bm25_max_query_terms if settings else 16
+        self.selective = settings.bm25_selective_terms if settings else True
+
+    def install_statements(self) -> Sequence[str]:
+        return ()
+
+    def session_statements(self) -> Sequence[str]:
+        return ()
+
+    def column_type(self) -> str:
+        return "tsvector"
+
+    def index_statements(self) -> Sequence[str]:
+        return (
+            "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search "
+            "ON memory_units USING gin (search_vector)",
+        )
+
+    def prepare_document(self, document: str) -> str:
+        # The query side splits CJK the same way, so bigrams meet bigrams.
+        return bigram_cjk_runs(document)
+
+    def write_expression(self, document_sql: str) -> str:
+        return f"to_tsvector('{self.language}'::regconfig, {document_sql})"
+
+    def _tsquery(self) -> str:
+        return f"to_tsquery('{self.language}'::regconfig, :query_text)"
+
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+        terms = query_terms(tokens)
+        if self.max_terms and len(terms) > self.max_terms:
+            terms = await self._cap_terms(terms, conn)
+        if not terms:
+            return None
+        # Terms hold only word characters; quoting each keeps to_tsquery from reading syntax.
+        return " | ".join(f"'{t}'" for t in terms)
+
+    async def _cap_terms(self, terms: list[str], conn: AsyncConnection) -> list[str]:
+        if not self.selective:
+            return terms[: self.max_terms]
+        from sqlalchemy import text  # late: keeps the module import cheap
+
+        try:
+            async with conn.begin_nested():
+                rows = (await conn.execute(text(_TERM_FREQUENCIES), {"language": self.language, "tokens": terms})).all()
+        except Exception:  # statistics are an optimisation: fall back to the first terms
+            return terms[: self.max_terms]
+        words: list[Any] = [r for r in rows if r.lexeme]  # no lexeme: a stopword
+        keep = sorted(words, key=lambda r: (r.freq, r.ord))[: self.max_terms]
+        return [r.token for r in sorted(keep, key=lambda r: r.ord)]
+
+    def arm_sql(self, *, columns: str, where: str) -> str:
+        rank = f"ts_rank_cd(search_vector, {self._tsquery()})"
+        return (
+            f"(SELECT {columns}, {rank} AS bm25_score FROM memory_units "
+            f"WHERE {where} AND search_vector @@ {self._tsquery()} AND {rank} >= :min_score "
+            f"ORDER BY bm25_score DESC, id LIMIT :limit)"
+        )
+
+
+@hookimpl
+def register_text_search_backends(register: Any) -> None:
+    register(NativeBackend)

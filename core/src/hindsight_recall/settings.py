@@ -1,0 +1,182 @@
+"""Typed settings, read from ``HINDSIGHT_API_*`` environment variables (and a ``.env`` file).
+
+Hard-invalid values fail at startup naming the variable; soft-invalid ones warn and fall back
+(SPEC §13). Plugins own their own small settings classes with longer prefixes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "HINDSIGHT_API_"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DECAY_FUNCTIONS = ("linear", "exponential", "none")
+
+
+class BankSettings(BaseModel):
+    """The settings a bank may override in ``banks.config`` (SPEC §13, column "bank")."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    recall_budget_function: str = "fixed"
+    recall_budget_fixed_low: int = Field(100, ge=1)
+    recall_budget_fixed_mid: int = Field(300, ge=1)
+    recall_budget_fixed_high: int = Field(1000, ge=1)
+    recall_budget_adaptive_low: float = Field(0.025, gt=0)
+    recall_budget_adaptive_mid: float = Field(0.075, gt=0)
+    recall_budget_adaptive_high: float = Field(0.25, gt=0)
+    recall_budget_min: int = Field(20, ge=1)
+    recall_budget_max: int = Field(2000, ge=1)
+    enable_temporal_retrieval: bool = True
+    enable_graph_retrieval: bool = True
+    enable_reranking: bool = True
+    enable_text_search: bool = True
+
+    @model_validator(mode="after")
+    def _budget_clamp_ordered(self) -> BankSettings:
+        if self.recall_budget_min > self.recall_budget_max:
+            raise ValueError("RECALL_BUDGET_MIN must not exceed RECALL_BUDGET_MAX")
+        return self
+
+
+class Settings(BaseSettings, BankSettings):
+    """Every core setting, one field per ``HINDSIGHT_API_<NAME>`` variable."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, env_file=".env", extra="ignore", validate_assignment=True
+    )
+
+    # Database
+    database_url: str | None = None
+    database_schema: str = "public"
+    embedded_data_dir: Path | None = None
+    db_pool_min_size: int = Field(5, ge=0)
+    db_pool_max_size: int = Field(100, ge=1)
+    db_command_timeout: float = Field(60, ge=0)
+    db_acquire_timeout: float = Field(30, ge=0)
+    db_statement_timeout: float = Field(600, ge=0)
+    db_session_setup_on_acquire: bool = True
+
+    # Vector search
+    vector_extension: Literal["pgvector"] = "pgvector"
+    ann_iterative_scan: bool = True
+    ann_max_scan_tuples: int = 4000
+    vector_index_min_rows: int = Field(0, ge=0)
+
+    # Keyword search
+    text_search_extension: str = "native"
+    bm25_min_score: float = 0.0
+    bm25_max_query_terms: int = Field(16, ge=0)
+    bm25_selective_terms: bool = True
+
+    # Floors
+    semantic_min_similarity: float = Field(0.3, ge=0, le=1)
+    graph_seed_min_similarity: float = Field(0.3, ge=0, le=1)
+    temporal_semantic_min_similarity: float = Field(0.1, ge=0, le=1)
+    semantic_link_min_similarity: float = Field(0.7, ge=0, le=1)
+
+    # Recall
+    recall_max_concurrent: int = Field(32, ge=1)
+    recall_connection_budget: int = Field(4, ge=1)
+    recall_max_query_tokens: int = Field(500, ge=0)
+    recall_max_candidates_per_source: int = Field(0, ge=0)
+    reranker_max_candidates: int = Field(300, ge=1)
+    reranker_max_candidates_low: int = Field(0, ge=0)
+    reranker_max_candidates_mid: int = Field(0, ge=0)
+    reranker_max_candidates_high: int = Field(0, ge=0)
+    recency_decay_function: str = "linear"
+    recency_decay_linear_window_days: float = 365
+    recency_decay_halflife_days: float = 90
+    tokenizer_encoding: str = "cl100k_base"
+
+    # Embeddings
+    embeddings_provider: str = "local"
+    embeddings_local_model: str | None = None
+    embeddings_query_prefix: str = ""
+    embeddings_passage_prefix: str = ""
+    embeddings_batch_size: int = Field(64, ge=1)
+
+    # Reranking
+    reranker_provider: str = "local"
+    reranker_send_bank_as_header: bool = False
+    reranker_on_error: Literal["fallback", "raise"] = "fallback"
+    model_init_timeout: float = Field(300, gt=0)
+
+    @field_validator("database_schema")
+    @classmethod
+    def _schema_identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError("must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        return value
+
+    @field_validator("recency_decay_function")
+    @classmethod
+    def _decay_known(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in DECAY_FUNCTIONS:
+            log.warning(
+                "%sRECENCY_DECAY_FUNCTION=%r is unknown (choices: %s); using 'linear'",
+                PREFIX, value, ", ".join(DECAY_FUNCTIONS),
+            )
+            return "linear"
+        return value
+
+    @field_validator("text_search_extension", "reranker_provider", "embeddings_provider", "recall_budget_function")
+    @classmethod
+    def _plugin_name(cls, value: str) -> str:
+        return value.strip().lower()
+
+    @model_validator(mode="after")
+    def _iterative_scan_tuples(self) -> Settings:
+        if self.ann_iterative_scan and self.ann_max_scan_tuples < 1:
+            raise ValueError("ANN_MAX_SCAN_TUPLES must be >= 1 while ANN_ITERATIVE_SCAN is on")
+        if self.db_pool_min_size > self.db_pool_max_size:
+            raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        return self
+
+    def for_bank(self, overrides: dict[str, Any] | None) -> Settings:
+        """Return these settings with a bank's stored overrides applied (validated)."""
+        if not overrides:
+            return self
+        checked = BankSettings(**{**self.bank_values(), **overrides})
+        return self.model_copy(update=checked.model_dump())
+
+    def bank_values(self) -> dict[str, Any]:
+        """The bank-configurable part of these settings."""
+        return {name: getattr(self, name) for name in BankSettings.model_fields}
+
+    def reranker_cap(self, budget: str) -> int:
+        """The pre-rerank cap ``K`` for a budget level (SPEC §8.3)."""
+        per_level: int = getattr(self, f"reranker_max_candidates_{budget}")
+        return per_level or self.reranker_max_candidates
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment, turning validation errors into :class:`ConfigError`.
+
+    :param overrides: values that win over the environment (tests use these).
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per invalid field, naming its environment variable."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "settings"
+        variable = f"{PREFIX}{field.upper()}" if err["loc"] else "settings"
+        lines.append(f"{variable}: {err['msg']} (got {err.get('input')!r})")
+    return "Invalid configuration:\n" + "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Phase timings and details for the recall trace (SPEC §11.2)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: Phases that overlap others; they are reported but not part of the additive total.
+DIAGNOSTIC_PREFIXES = ("retrieval_", "semaphore_wait", "connection_wait")
+
+
+class Trace:
+    """Collects phases in order; cheap enough to run on every recall."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.phases: list[dict[str, Any]] = []
+        self.sections: dict[str, Any] = {}
+
+    @contextmanager
+    def phase(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
+        """Time a phase; the yielded dict collects its details."""
+        start = time.perf_counter()
+        try:
+            yield details
+        finally:
+            self.add(name, time.perf_counter() - start, details)
+
+    def add(self, name: str, duration: float, details: dict[str, Any] | None = None) -> None:
+        self.phases.append({"phase_name": name, "duration_seconds": round(duration, 6), "details": details or {}})
+
+    def summary(self, results_returned: int) -> dict[str, Any]:
+        return {
+            "total_duration_seconds": round(time.perf_counter() - self.started, 6),
+            "results_returned": results_returned,
+            "phase_metrics": self.phases,
+        }

@@ -1,0 +1,134 @@
+"""Frozen value types that flow between the stages of recall and retain."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+
+class FactType(str, Enum):
+    """The three kinds of memory a bank holds."""
+
+    WORLD = "world"
+    EXPERIENCE = "experience"
+    OBSERVATION = "observation"
+
+
+FACT_TYPES: tuple[str, ...] = tuple(t.value for t in FactType)
+
+
+class Budget(str, Enum):
+    """How hard recall searches: per-arm row limits grow with the level."""
+
+    LOW = "low"
+    MID = "mid"
+    HIGH = "high"
+
+
+class TagsMatch(str, Enum):
+    """How request tags filter memories (SPEC §5.1)."""
+
+    ANY = "any"
+    ALL = "all"
+    ANY_STRICT = "any_strict"
+    ALL_STRICT = "all_strict"
+    EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A ready-made fact handed to ``retain``. ``id`` is the caller's id, unique within its bank."""
+
+    id: str
+    text: str
+    type: str = "world"
+    occurred_start: datetime | None = None
+    occurred_end: datetime | None = None
+    mentioned_at: datetime | None = None
+    context: str | None = None
+    entities: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    chunk: str | None = None
+    document_id: str | None = None
+    proof_count: int = 1
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    causes: tuple[str, ...] = ()
+    source_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """The ``memory_units`` columns an arm returns for one memory."""
+
+    id: uuid.UUID
+    external_id: str
+    text: str
+    fact_type: str
+    context: str | None = None
+    occurred_start: datetime | None = None
+    occurred_end: datetime | None = None
+    mentioned_at: datetime | None = None
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, str] | None = None
+    document_id: str | None = None
+    chunk_id: str | None = None
+    proof_count: int = 1
+    source_memory_ids: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def date(self) -> datetime | None:
+        """The date recency and temporal bucketing use: start, else mention, else end."""
+        return self.occurred_start or self.mentioned_at or self.occurred_end
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One row surfaced by one arm, with that arm's score (higher is better)."""
+
+    row: MemoryRow
+    score: float
+    #: Arm-specific extras, e.g. ``temporal_proximity`` for the temporal arm.
+    extras: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """What one retriever returned for one fact type, with its timing."""
+
+    arm: str
+    fact_type: str
+    hits: Sequence[Hit]
+    duration_seconds: float
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """An inclusive date window [start, end] that drives the temporal arm."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass
+class Candidate:
+    """A fused candidate travelling through rerank, scoring and packing."""
+
+    row: MemoryRow
+    rrf_score: float
+    rrf_rank: int = 0
+    source_ranks: dict[str, int] = field(default_factory=dict)
+    semantic: float | None = None
+    keyword: float | None = None
+    temporal_proximity: float | None = None
+    cross_encoder_raw: float | None = None
+    cross_encoder: float = 0.0
+    reranker_score: float | None = None
+    recency: float = 0.5
+    temporal: float = 0.5
+    proof: float = 0.5
+    final: float = 0.0

@@ -1,0 +1,81 @@
+"""Cohere reranker: the v2 rerank HTTP API, or any Cohere-compatible server at a given URL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hindsight_recall.errors import MissingSetting
+from hindsight_recall.hookspecs import Register, hookimpl
+from hindsight_recall.http import RerankAPI, RerankHTTP
+
+if TYPE_CHECKING:
+    from hindsight_recall.settings import Settings
+
+DEFAULT_URL = "https://api.cohere.com/v2/rerank"
+#: ``{"model", "query", "documents"}`` -> ``{"results": [{"index", "relevance_score"}]}``. The v2
+#: endpoint rejects unknown fields, and ``return_documents`` is not one of its fields.
+API = RerankAPI(provider="cohere")
+
+
+class CohereSettings(BaseSettings):
+    """Settings of the Cohere reranker (``HINDSIGHT_API_RERANKER_COHERE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_RERANKER_COHERE_", extra="ignore")
+
+    api_key: SecretStr | None = None
+    model: str = "rerank-english-v3.0"
+    #: The full rerank URL, used as given (a self-hosted or Cohere-compatible server).
+    base_url: str | None = None
+    timeout: float = Field(60, gt=0)
+
+
+class CohereReranker:
+    """Relevance scores from Cohere's rerank API (v2) or a Cohere-compatible endpoint."""
+
+    name = "cohere"
+    passthrough = False
+
+    def __init__(self, settings: Settings | None = None, config: CohereSettings | None = None) -> None:
+        """Check the settings; nothing is sent before :meth:`score`.
+
+        :param settings: core settings (bank header).
+        :param config: this plugin's settings; read from the environment when omitted.
+        """
+        self.config = config or CohereSettings()
+        key = self.config.api_key.get_secret_value() if self.config.api_key else ""
+        if not key:
+            raise MissingSetting("HINDSIGHT_API_RERANKER_COHERE_API_KEY", "the Cohere API key")
+        self._http = RerankHTTP(
+            replace(API, extra={"model": self.config.model}),
+            self.config.base_url or DEFAULT_URL,
+            timeout=self.config.timeout,
+            headers={"Authorization": f"Bearer {key}"},
+            send_bank_header=settings.reranker_send_bank_as_header if settings else False,
+        )
+
+    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
+        """Score every document in one request; raw scores in input order.
+
+        :param query: the recall query.
+        :param documents: the pair texts.
+        :param bank_id: the bank, sent as a header when configured.
+        """
+        return await self._http.score(query, documents, bank_id=bank_id)
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.close()
+
+
+@hookimpl
+def register_rerankers(register: Register) -> None:
+    """Register the Cohere reranker.
+
+    :param register: core's registration callback.
+    """
+    register(CohereReranker)

@@ -1,0 +1,81 @@
+"""Jina reranker: the Jina AI rerank HTTP API (``POST {base}/v1/rerank``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hindsight_recall.errors import MissingSetting
+from hindsight_recall.hookspecs import Register, hookimpl
+from hindsight_recall.http import RerankAPI, RerankHTTP
+
+if TYPE_CHECKING:
+    from hindsight_recall.settings import Settings
+
+#: ``{"model", "query", "documents", "top_n", "return_documents": false}`` ->
+#: ``{"results": [{"index", "relevance_score"}]}``; ``top_n`` is every document, so all come back.
+API = RerankAPI(provider="jina", extra={"return_documents": False}, count_key="top_n")
+
+
+class JinaSettings(BaseSettings):
+    """Settings of the Jina reranker (``HINDSIGHT_API_RERANKER_JINA_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_RERANKER_JINA_", extra="ignore")
+
+    api_key: SecretStr | None = None
+    model: str = "jina-reranker-v2-base-multilingual"
+    base_url: str = "https://api.jina.ai"
+    timeout: float = Field(60, gt=0)
+
+
+class JinaReranker:
+    """Relevance scores from Jina AI's rerank API."""
+
+    name = "jina"
+    passthrough = False
+
+    def __init__(self, settings: Settings | None = None, config: JinaSettings | None = None) -> None:
+        """Check the settings; nothing is sent before :meth:`score`.
+
+        :param settings: core settings (bank header).
+        :param config: this plugin's settings; read from the environment when omitted.
+        """
+        self.config = config or JinaSettings()
+        key = self.config.api_key.get_secret_value() if self.config.api_key else ""
+        if not key:
+            raise MissingSetting("HINDSIGHT_API_RERANKER_JINA_API_KEY", "the Jina AI API key")
+        if not self.config.base_url:
+            raise MissingSetting("HINDSIGHT_API_RERANKER_JINA_BASE_URL", "the API's base URL, e.g. https://api.jina.ai")
+        self._http = RerankHTTP(
+            replace(API, extra={"model": self.config.model, **API.extra}),
+            f"{self.config.base_url.rstrip('/')}/v1/rerank",
+            timeout=self.config.timeout,
+            headers={"Authorization": f"Bearer {key}"},
+            send_bank_header=settings.reranker_send_bank_as_header if settings else False,
+        )
+
+    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
+        """Score every document in one request; raw scores in input order.
+
+        :param query: the recall query.
+        :param documents: the pair texts.
+        :param bank_id: the bank, sent as a header when configured.
+        """
+        return await self._http.score(query, documents, bank_id=bank_id)
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.close()
+
+
+@hookimpl
+def register_rerankers(register: Register) -> None:
+    """Register the Jina reranker.
+
+    :param register: core's registration callback.
+    """
+    register(JinaReranker)

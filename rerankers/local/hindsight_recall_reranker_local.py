@@ -1,0 +1,171 @@
+"""Local reranker: an in-process sentence-transformers cross-encoder, batches run in a shared thread pool."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hindsight_recall.errors import RerankerError
+from hindsight_recall.hookspecs import Register, hookimpl
+
+if TYPE_CHECKING:
+    from hindsight_recall.settings import Settings
+
+MODEL_VARIABLE = "HINDSIGHT_API_RERANKER_LOCAL_MODEL"
+INSTALL = "pip install hindsight-recall-reranker-local"
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int) -> ThreadPoolExecutor:
+    """The process-wide thread pool with ``workers`` threads that every local reranker shares.
+
+    :param workers: the pool size (``RERANKER_LOCAL_MAX_CONCURRENT``).
+    """
+    with _POOLS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix=f"hindsight-rerank-{workers}")
+        return _POOLS[workers]
+
+
+class LocalSettings(BaseSettings):
+    """Settings of the local reranker (``HINDSIGHT_API_RERANKER_LOCAL_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_RERANKER_LOCAL_", extra="ignore")
+
+    #: A hub name or a local directory.
+    model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    batch_size: int = Field(32, ge=1)
+    #: Threads of the shared pool that run batches.
+    max_concurrent: int = Field(4, ge=1)
+    force_cpu: bool = False
+    allow_mps: bool = False
+    fp16: bool = False
+    trust_remote_code: bool = False
+    #: Group documents of similar length into the same batch, so that less padding is computed.
+    bucket_batching: bool = False
+
+
+class LocalReranker:
+    """A sentence-transformers cross-encoder run in-process; raw logits, higher is better."""
+
+    name = "local"
+    passthrough = False
+
+    def __init__(self, settings: Settings | None = None, config: LocalSettings | None = None) -> None:
+        """Remember the settings; the model loads in :meth:`start` or on first use.
+
+        :param settings: core settings (``MODEL_INIT_TIMEOUT``).
+        :param config: this plugin's settings; read from the environment when omitted.
+        """
+        self.config = config or LocalSettings()
+        self.init_timeout = settings.model_init_timeout if settings else 300.0
+        self.device: str | None = None
+        self._model: Any = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Load the model in a worker thread, bounded by ``MODEL_INIT_TIMEOUT``."""
+        await self._ensure_model()
+
+    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
+        """Score every (query, document) pair in batches on the shared pool; raw logits in input order.
+
+        :param query: the recall query.
+        :param documents: the pair texts.
+        :param bank_id: unused; the model does not depend on the bank.
+        """
+        if not documents:
+            return []
+        model = await self._ensure_model()
+        order = list(range(len(documents)))
+        if self.config.bucket_batching:
+            order.sort(key=lambda i: len(documents[i]))
+        size = self.config.batch_size
+        batches = [order[i : i + size] for i in range(0, len(order), size)]
+        loop = asyncio.get_running_loop()
+        pool = shared_pool(self.config.max_concurrent)
+        parts = await asyncio.gather(
+            *(loop.run_in_executor(pool, _predict, model, [(query, documents[i]) for i in b]) for b in batches)
+        )
+        scores = [0.0] * len(documents)
+        for batch, part in zip(batches, parts, strict=True):
+            for i, value in zip(batch, part, strict=True):
+                scores[i] = value
+        return scores
+
+    async def close(self) -> None:
+        """Drop the model so that its memory can be freed."""
+        self._model = None
+
+    async def _ensure_model(self) -> Any:
+        async with self._lock:
+            if self._model is None:
+                try:
+                    self._model = await asyncio.wait_for(asyncio.to_thread(self._load), self.init_timeout)
+                except TimeoutError:
+                    raise RerankerError(
+                        f"loading the cross-encoder {self.config.model!r} took longer than "
+                        f"HINDSIGHT_API_MODEL_INIT_TIMEOUT={self.init_timeout:g} s"
+                    ) from None
+        return self._model
+
+    def _load(self) -> Any:
+        # torch and sentence-transformers take seconds to import, so only a reranker in use pays for them.
+        try:
+            import torch
+            from sentence_transformers import CrossEncoder
+        except ImportError as exc:
+            raise RerankerError(f"the local reranker needs sentence-transformers and torch: {INSTALL}") from exc
+        self.device = _pick_device(torch, self.config)
+        try:
+            return CrossEncoder(
+                self.config.model,
+                device=self.device,
+                trust_remote_code=self.config.trust_remote_code,
+                model_kwargs={"dtype": torch.float16} if self.config.fp16 else None,
+                # Raw logits: core normalises them (SPEC §9.3), so the model's own sigmoid is skipped.
+                activation_fn=torch.nn.Identity(),
+            )
+        except Exception as exc:
+            raise RerankerError(
+                f"cannot load the cross-encoder {self.config.model!r} ({exc}); set {MODEL_VARIABLE} to a "
+                "model directory, or make the hub reachable"
+            ) from exc
+
+
+def _pick_device(torch: Any, config: LocalSettings) -> str:
+    if config.force_cpu:
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if config.allow_mps and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _predict(model: Any, pairs: list[tuple[str, str]]) -> list[float]:
+    try:
+        scores = model.predict(pairs, batch_size=len(pairs), show_progress_bar=False, convert_to_numpy=True)
+    except Exception as exc:
+        raise RerankerError(f"the cross-encoder failed on a batch of {len(pairs)} pairs: {exc}") from exc
+    values = [float(s) for s in scores.reshape(-1)]
+    if len(values) != len(pairs):
+        raise RerankerError(f"the cross-encoder returned {len(values)} scores for {len(pairs)} pairs")
+    return values
+
+
+@hookimpl
+def register_rerankers(register: Register) -> None:
+    """Register the local cross-encoder reranker.
+
+    :param register: core's registration callback.
+    """
+    register(LocalReranker)

@@ -1,0 +1,100 @@
+"""Text Embeddings Inference (TEI) reranker: concurrent batches to a TEI server's ``POST /rerank``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hindsight_recall.errors import MissingSetting, RerankerError, RerankerHTTPError
+from hindsight_recall.hookspecs import Register, hookimpl
+from hindsight_recall.http import RerankAPI, RerankHTTP, RetryPolicy
+
+if TYPE_CHECKING:
+    from hindsight_recall.settings import Settings
+
+#: ``{"query", "texts", "return_text": false}`` -> ``[{"index", "score"}]``.
+API = RerankAPI(provider="tei", documents_key="texts", extra={"return_text": False}, results_key=None, score_key="score")
+#: A self-hosted TEI sheds load with 429/503 and restarts in seconds, so it gets retries (SPEC §9.2).
+RETRY = RetryPolicy(retries=3, base_delay=0.5, max_delay=5.0, jitter=0.5)
+
+
+class TEISettings(BaseSettings):
+    """Settings of the TEI reranker (``HINDSIGHT_API_RERANKER_TEI_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_RERANKER_TEI_", extra="ignore")
+
+    #: The server's base URL, e.g. ``http://localhost:8080``.
+    url: str | None = None
+    batch_size: int = Field(128, ge=1)
+    #: Requests in flight across the process.
+    max_concurrent: int = Field(8, ge=1)
+    http_timeout: float = Field(30, gt=0)
+
+
+class TEIReranker:
+    """Cross-encoder scores from a Text Embeddings Inference server."""
+
+    name = "tei"
+    passthrough = False
+
+    def __init__(self, settings: Settings | None = None, config: TEISettings | None = None) -> None:
+        """Check the settings; nothing is sent before :meth:`start` or :meth:`score`.
+
+        :param settings: core settings (bank header, model start-up bound).
+        :param config: this plugin's settings; read from the environment when omitted.
+        """
+        self.config = config or TEISettings()
+        if not self.config.url:
+            raise MissingSetting("HINDSIGHT_API_RERANKER_TEI_URL", "the TEI server's base URL, e.g. http://localhost:8080")
+        self.base_url = self.config.url.rstrip("/")
+        self.init_timeout = settings.model_init_timeout if settings else 300.0
+        self.model_id: str | None = None
+        self._http = RerankHTTP(
+            API,
+            f"{self.base_url}/rerank",
+            timeout=self.config.http_timeout,
+            retry=RETRY,
+            batch_size=self.config.batch_size,
+            max_concurrent=self.config.max_concurrent,
+            send_bank_header=settings.reranker_send_bank_as_header if settings else False,
+        )
+
+    async def start(self) -> None:
+        """Read the served model from ``GET /info``, bounded by ``MODEL_INIT_TIMEOUT``."""
+        url = f"{self.base_url}/info"
+        try:
+            info = await asyncio.wait_for(self._http.request("GET", url), self.init_timeout)
+        except TimeoutError:
+            raise RerankerError(
+                f"tei: GET {url} did not answer within HINDSIGHT_API_MODEL_INIT_TIMEOUT={self.init_timeout:g} s"
+            ) from None
+        model_id = info.get("model_id") if isinstance(info, dict) else None
+        if not isinstance(model_id, str):
+            raise RerankerHTTPError(f"tei: GET {url}: malformed body, expected an object with a string 'model_id'")
+        self.model_id = model_id
+
+    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
+        """Score every document in batches of ``BATCH_SIZE``; raw scores in input order.
+
+        :param query: the recall query.
+        :param documents: the pair texts.
+        :param bank_id: the bank, sent as a header when configured.
+        """
+        return await self._http.score(query, documents, bank_id=bank_id)
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.close()
+
+
+@hookimpl
+def register_rerankers(register: Register) -> None:
+    """Register the TEI reranker.
+
+    :param register: core's registration callback.
+    """
+    register(TEIReranker)
