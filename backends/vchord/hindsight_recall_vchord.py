@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,6 @@ if TYPE_CHECKING:
 #: The pg_tokenizer tokenizer (and pre-trained model) both the documents and the queries go through.
 TOKENIZER = "llmlingua2"
 INDEX = "idx_memory_units_text_search"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # create_tokenizer fails on an existing name, so the migration checks the catalog first.
 _CREATE_TOKENIZER = f"""DO $$
@@ -34,7 +32,7 @@ def query_text(query: str, tokens: Sequence[str]) -> str | None:
     :param query: the normalised query string.
     :param tokens: its lower-cased word tokens.
     """
-    if not any(any(ch.isalnum() for ch in token) for token in tokens):
+    if not any(token.strip() for token in tokens):
         return None
     # PostgreSQL text cannot hold NUL; everything else is data in a bound parameter.
     text = query.replace("\x00", " ").strip()
@@ -49,10 +47,8 @@ class VchordBackend:
     supports_cjk = True
 
     def __init__(self, settings: Settings | None = None) -> None:
-        schema = settings.database_schema if settings else "public"
-        if not _IDENTIFIER.match(schema):
-            raise ValueError(f"database schema {schema!r} is not a plain SQL identifier")
-        self.schema = schema
+        # Settings validate the schema as a plain identifier, so it can be inlined.
+        self.schema = settings.database_schema if settings else "public"
 
     def install_statements(self) -> Sequence[str]:
         return (

@@ -61,3 +61,14 @@ async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str,
     await conn.execute(text("UPDATE banks SET config = CAST(:config AS jsonb) WHERE bank_id = :bank"),
                        {"config": json.dumps(stored), "bank": bank_id})
     return stored
+
+
+async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
+    """Remove a bank with everything in it, including its vector indexes; False if it did not exist."""
+    internal_id = await conn.scalar(text("DELETE FROM banks WHERE bank_id = :bank RETURNING internal_id"), {"bank": bank_id})
+    if internal_id is None:
+        return False
+    suffix = str(internal_id).replace("-", "")[:16]
+    for short in ("worl", "expr", "obsv"):
+        await conn.execute(text(f"DROP INDEX IF EXISTS idx_mu_emb_{short}_{suffix}"))
+    return True

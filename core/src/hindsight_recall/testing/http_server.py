@@ -107,7 +107,10 @@ class FixtureServer:
     def start(self) -> FixtureServer:
         """Bind an ephemeral port and serve in a daemon thread."""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fixture-http", daemon=True)
+        # A short poll interval keeps stop() fast; the default half second adds up over many tests.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="fixture-http", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -1,0 +1,168 @@
+"""ParadeDB pg_search keyword search: Tantivy BM25 over text, context and signals (Citus-compatible)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hindsight_recall.errors import ConfigError
+from hindsight_recall.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from hindsight_recall.settings import Settings
+
+INDEX = "idx_memory_units_text_search"
+VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_TOKENIZER"
+#: The indexed text fields; each gets one match query in the arm.
+FIELDS = ("text", "context", "text_signals")
+
+_NAMED = (
+    "unicode_words", "simple", "whitespace", "literal", "literal_normalized",
+    "chinese_compatible", "icu", "jieba", "source_code",
+)
+_LANGUAGES = "chinese|japanese|korean"
+_LINDERA = re.compile(rf"^(?:lindera\s*\(\s*({_LANGUAGES})\s*\)|({_LANGUAGES})_lindera|lindera_({_LANGUAGES}))$")
+_NGRAM = re.compile(r"^(ngram|edge_ngram)\s*\(\s*([0-9]+)\s*,\s*([0-9]+)\s*\)$")
+_MAX_GRAM = 999
+# Tokenizers that split CJK text into units a CJK query shares.
+_CJK_NAMED = frozenset({"chinese_compatible", "icu", "jieba"})
+
+
+def parse_tokenizer(value: str) -> str:
+    """Validate a tokenizer setting and return its canonical ``pdb`` type ("" for the default).
+
+    :param value: the setting, e.g. ``" Lindera(Japanese) "`` or ``"ngram(2, 3)"``.
+    :raises ValueError: naming the variable and the accepted values.
+    """
+    name = value.strip().lower()
+    if not name or name in _NAMED:
+        return name
+    lindera = _LINDERA.match(name)
+    if lindera:
+        return f"lindera({next(g for g in lindera.groups() if g)})"
+    ngram = _NGRAM.match(name)
+    if ngram:
+        low, high = int(ngram.group(2)), int(ngram.group(3))
+        if 1 <= low <= high <= _MAX_GRAM:
+            return f"{ngram.group(1)}({low},{high})"
+    raise ValueError(
+        f"{VARIABLE}={value!r} is not a ParadeDB tokenizer this backend supports. Use one of "
+        f"{', '.join(_NAMED)}, lindera(chinese|japanese|korean) (or chinese_lindera, "
+        f"lindera_chinese, ...), ngram(a,b) or edge_ngram(a,b) with 1 <= a <= b <= {_MAX_GRAM}, "
+        "or leave it empty for the default."
+    )
+
+
+def handles_cjk(tokenizer: str) -> bool:
+    """Whether a canonical tokenizer lets CJK queries match CJK documents.
+
+    :param tokenizer: the value :func:`parse_tokenizer` returned.
+    """
+    if tokenizer in _CJK_NAMED or tokenizer.startswith("lindera("):
+        return True
+    ngram = _NGRAM.match(tokenizer)
+    # Plain n-grams of at most two characters cover short CJK words; edge n-grams only prefixes.
+    return bool(ngram and ngram.group(1) == "ngram" and int(ngram.group(2)) <= 2)
+
+
+def query_terms(tokens: Sequence[str], max_terms: int) -> list[str]:
+    """Distinct word terms of the query, in order, at most ``max_terms`` (0 = all).
+
+    Whitespace and punctuation never reach the match query: some tokenizers (lindera) turn them into
+    tokens of their own, which would match nearly every row.
+
+    :param tokens: the lower-cased word tokens of the query.
+    :param max_terms: ``BM25_MAX_QUERY_TERMS``.
+    """
+    terms: list[str] = []
+    for token in tokens:
+        cleaned = "".join(ch if ch == "_" or unicodedata.category(ch)[0] in "LMN" else " " for ch in token)
+        terms.extend(cleaned.lower().split())
+    unique = list(dict.fromkeys(terms))
+    return unique[:max_terms] if max_terms else unique
+
+
+class PgSearchSettings(BaseSettings):
+    """Settings of the pg_search backend (``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_", extra="ignore")
+
+    #: A ParadeDB tokenizer for the text fields; empty keeps ParadeDB's default.
+    tokenizer: str = ""
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str) -> str:
+        return parse_tokenizer(value)
+
+
+def load_settings() -> PgSearchSettings:
+    """Read :class:`PgSearchSettings` from the environment; a bad value is a :class:`ConfigError`."""
+    try:
+        return PgSearchSettings()
+    except ValidationError as exc:
+        messages = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
+        raise ConfigError(messages) from None
+
+
+class PgSearchBackend:
+    """ParadeDB BM25: match queries on text, context and text_signals, ranked by paradedb.score."""
+
+    name = "pg_search"
+    citus_compatible = True
+    supports_cjk = False
+
+    def __init__(self, settings: Settings | None = None, config: PgSearchSettings | None = None) -> None:
+        self.config = config or load_settings()
+        self.tokenizer = self.config.tokenizer
+        self.supports_cjk = handles_cjk(self.tokenizer)
+        self.max_terms = settings.bm25_max_query_terms if settings else 16
+
+    def install_statements(self) -> Sequence[str]:
+        return ("CREATE EXTENSION IF NOT EXISTS pg_search",)
+
+    def session_statements(self) -> Sequence[str]:
+        return ()
+
+    def column_type(self) -> str:
+        # A dummy: the bm25 index covers the base columns.
+        return "text"
+
+    def index_statements(self) -> Sequence[str]:
+        fields = [f"({f}::pdb.{self.tokenizer})" if self.tokenizer else f for f in FIELDS]
+        return (
+            f"CREATE INDEX IF NOT EXISTS {INDEX} ON memory_units "
+            f"USING bm25 (id, {', '.join(fields)}) WITH (key_field = 'id')",
+        )
+
+    def prepare_document(self, document: str) -> str:
+        return document
+
+    def write_expression(self, document_sql: str) -> str:
+        return "NULL::text"
+
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+        terms = query_terms(tokens, self.max_terms)
+        return " ".join(terms) if terms else None
+
+    def arm_sql(self, *, columns: str, where: str) -> str:
+        matches = ", ".join(f"paradedb.match('{f}', :query_text)" for f in FIELDS)
+        # The outer query gates the top rows: paradedb.score is defined only next to the @@@ search.
+        return (
+            f"(SELECT * FROM (SELECT {columns}, paradedb.score(id) AS bm25_score FROM memory_units "
+            f"WHERE {where} AND id @@@ paradedb.boolean(should => ARRAY[{matches}]) "
+            f"ORDER BY bm25_score DESC, id LIMIT :limit) AS pg_search_hits "
+            f"WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
+        )
+
+
+@hookimpl
+def register_text_search_backends(register: Any) -> None:
+    register(PgSearchBackend)

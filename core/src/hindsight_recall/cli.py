@@ -1,0 +1,181 @@
+"""The ``hindsight-recall`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .errors import RecallError
+from .types import FACT_TYPES, Budget, TagsMatch
+
+T = TypeVar("T")
+
+
+def run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine, turning our errors into a message and a non-zero exit."""
+    try:
+        return asyncio.run(factory())  # type: ignore[arg-type]
+    except RecallError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def open_engine() -> Any:
+    from .engine import Engine  # late: keeps `--help` and `plugins` fast
+
+    return Engine()
+
+
+@click.group()
+@click.version_option(package_name="hindsight-recall")
+@click.option("-v", "--verbose", is_flag=True, help="Log progress and warnings.")
+def main(verbose: bool) -> None:
+    """Recall engine for AI-agent memory on PostgreSQL + pgvector.
+
+    Settings come from HINDSIGHT_API_* environment variables; with HINDSIGHT_API_DATABASE_URL unset,
+    an embedded PostgreSQL server is started.
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.option("--bank", default="demo", show_default=True, help="Bank to load the sample into.")
+def demo(bank: str) -> None:
+    """Load a small sample bank and answer a few questions about it."""
+    from .demo import run_demo
+
+    run(lambda: run_demo(open_engine(), bank, click.echo))
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--bank", help="Bank for lines without a 'bank' field.")
+def retain(file: Path, bank: str | None) -> None:
+    """Store the memories of a JSONL FILE, one memory per line."""
+    from .memories import read_jsonl
+
+    async def go() -> None:
+        batches: dict[str, list[Any]] = {}
+        lines: dict[str, list[int]] = {}
+        for bank_id, line, memory in read_jsonl(file, bank):
+            batches.setdefault(bank_id, []).append(memory)
+            lines.setdefault(bank_id, []).append(line)
+        async with open_engine() as engine:
+            stats = await engine.retain_many(batches, lines=lines)
+        click.echo(
+            f"retained {stats.memories} memories in {stats.banks} bank(s) in {stats.seconds:.2f} s "
+            f"({stats.per_second:.0f} memories/s; embedding {stats.embedding_seconds:.2f} s, "
+            f"links {stats.link_seconds:.2f} s, {stats.links} links)"
+        )
+
+    run(go)
+
+
+@main.command()
+@click.argument("query")
+@click.option("--bank", required=True, help="Bank to search.")
+@click.option("--budget", type=click.Choice([b.value for b in Budget]), default="mid", show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True)
+@click.option("--query-timestamp", help="ISO-8601 anchor for relative dates and recency.")
+@click.option("--types", help=f"Comma list of fact types ({', '.join(FACT_TYPES)}).")
+@click.option("--tags", help="Comma list of tags.")
+@click.option("--tags-match", type=click.Choice([t.value for t in TagsMatch]), default="any", show_default=True)
+@click.option("--chunks", "chunk_tokens", type=click.IntRange(min=0), help="Include source chunks within this many tokens.")
+@click.option("--trace", is_flag=True, help="Include the trace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the response body as JSON.")
+def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp: str | None, types: str | None,
+           tags: str | None, tags_match: str, chunk_tokens: int | None, trace: bool, as_json: bool) -> None:
+    """Find the memories of BANK most relevant to QUERY."""
+
+    async def go() -> dict[str, Any]:
+        async with open_engine() as engine:
+            return await engine.recall(
+                bank, query, budget=budget, max_tokens=max_tokens, query_timestamp=query_timestamp,
+                types=_split(types), tags=_split(tags), tags_match=tags_match, include_chunks=chunk_tokens,
+                trace=trace,
+            )
+
+    body = run(go)
+    if as_json:
+        click.echo(json.dumps(body, indent=2, ensure_ascii=False, default=str))
+        return
+    for i, result in enumerate(body["results"], start=1):
+        click.echo(f"{i:3d}. [{result['scores']['final']:.3f}] {result['id']}: {result['text']}")
+    if not body["results"]:
+        click.echo("no memories found", err=True)
+    if trace:
+        for phase in body["trace"]["summary"]["phase_metrics"]:
+            click.echo(f"  {phase['phase_name']:28s} {phase['duration_seconds'] * 1000:8.2f} ms  {phase['details']}")
+
+
+@main.command()
+def plugins() -> None:
+    """List installed plugins and what they provide, as JSON."""
+    from .plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    click.echo(json.dumps([r.as_json() for r in manager.registrations], indent=2))
+
+
+@main.group()
+def bank() -> None:
+    """Manage banks."""
+
+
+@bank.command("config")
+@click.argument("bank_id")
+@click.argument("assignments", nargs=-1)
+def bank_config(bank_id: str, assignments: tuple[str, ...]) -> None:
+    """Show or set BANK_ID's setting overrides: NAME=VALUE (NAME= removes one)."""
+    from . import banks
+
+    values: dict[str, Any] = {}
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="ASSIGNMENTS")
+        values[name.strip().lower().removeprefix("hindsight_api_")] = value or None
+
+    async def go() -> dict[str, Any]:
+        async with open_engine() as engine, engine.db.connect() as conn:
+            if values:
+                return await banks.set_bank_config(conn, bank_id, values)
+            return await banks.bank_config(conn, bank_id) or {}
+
+    click.echo(json.dumps(run(go), indent=2))
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks."""
+
+
+@bench.command("locomo")
+@click.option("--memories", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--queries", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--budget", type=click.Choice([b.value for b in Budget]), default="mid", show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write {qid, ids} lines here.")
+@click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Write the metrics as JSON here.")
+def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, out: Path | None, json_out: Path | None) -> None:
+    """Retain a LoCoMo-style split into fresh banks, recall every question and score the ranking."""
+    from .bench_locomo import run_locomo
+
+    report = run(lambda: run_locomo(open_engine(), memories, queries, budget=budget, max_tokens=max_tokens,
+                                    out=out, echo=click.echo))
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2))
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

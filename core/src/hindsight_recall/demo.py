@@ -1,0 +1,47 @@
+"""The ``demo`` command: a small sample bank and a few questions, answered on the embedded server."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from . import banks
+from .memories import parse_lines
+
+ARMS = ("semantic", "keyword", "graph", "temporal")
+
+
+def sample_bank() -> list[Any]:
+    """The bundled sample memories."""
+    text = resources.files("hindsight_recall").joinpath("data/demo_bank.jsonl").read_text(encoding="utf-8")
+    return [memory for _, _, memory in parse_lines(text.splitlines(), "demo")]
+
+
+def sample_questions() -> list[dict[str, Any]]:
+    """The bundled demo questions with their query timestamps."""
+    text = resources.files("hindsight_recall").joinpath("data/demo_questions.json").read_text(encoding="utf-8")
+    return list(json.loads(text))
+
+
+async def run_demo(engine: Any, bank_id: str, echo: Callable[[str], None], top: int = 5) -> None:
+    """Load the sample into a fresh bank and print the ranked answers to each question."""
+    async with engine:
+        async with engine.db.connect() as conn:
+            await banks.delete_bank(conn, bank_id)
+        stats = await engine.retain(bank_id, sample_bank())
+        echo(f"Loaded {stats.memories} memories into bank {bank_id!r} in {stats.seconds:.2f} s "
+             f"({stats.links} links).")
+        for question in sample_questions():
+            started = time.perf_counter()
+            body = await engine.recall(bank_id, question["query"], query_timestamp=question.get("query_timestamp"),
+                                       budget="mid", max_tokens=1024, trace=True)
+            elapsed = (time.perf_counter() - started) * 1000
+            echo(f"\n? {question['query']}   (as of {question.get('query_timestamp', 'now')}, {elapsed:.0f} ms)")
+            ranks = {m["node_id"]: m["source_ranks"] for m in body["trace"]["rrf_merged"]}
+            for i, result in enumerate(body["results"][:top], start=1):
+                arm_ranks = ranks.get(result["id"], {})
+                where = " ".join(f"{arm[:3]}#{arm_ranks[f'{arm}_rank']}" for arm in ARMS if f"{arm}_rank" in arm_ranks)
+                echo(f"  {i}. {result['scores']['final']:.3f}  [{where}]  {result['text']}")

@@ -1,0 +1,145 @@
+"""The numbers of SPEC §14 and the formulas of §3.3, §8, §9 and §10.4."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hindsight_recall.budget import AdaptiveBudget, FixedBudget
+from hindsight_recall.fusion import arm_lists, boosted_key, cap_candidates, rrf_fuse
+from hindsight_recall.packing import pack
+from hindsight_recall.scoring import apply_floors, combined, normalise, passthrough_scores, proof_score, recency
+from hindsight_recall.settings import Settings
+from hindsight_recall.types import ArmResult, Budget, Candidate, Hit, MemoryRow
+
+
+def row(name: str, fact_type: str = "world") -> MemoryRow:
+    return MemoryRow(id=uuid.uuid5(uuid.NAMESPACE_DNS, name), external_id=name, text=name, fact_type=fact_type)
+
+
+def hits(*names: str) -> list[Hit]:
+    return [Hit(row(n), 1.0 - i / 100) for i, n in enumerate(names)]
+
+
+def test_rrf_example_from_the_spec() -> None:
+    semantic = hits("a", "b", "c", "d", "e")
+    keyword = hits("x", "y", "z", "w", "a")
+    fused = {c.row.external_id: c for c in rrf_fuse({"semantic": semantic, "keyword": keyword})}
+    assert fused["a"].rrf_score == pytest.approx(1 / 61 + 1 / 65)
+    assert round(fused["a"].rrf_score, 4) == 0.0318
+    assert round(fused["b"].rrf_score, 4) == 0.0161  # rank 2 semantic only: 1/62
+    only_first = rrf_fuse({"semantic": hits("s")})[0]
+    assert round(only_first.rrf_score, 4) == 0.0164
+    assert fused["a"].source_ranks == {"semantic_rank": 1, "keyword_rank": 5}
+    assert fused["a"].rrf_rank == 1
+
+
+def test_rrf_keeps_raw_arm_scores_and_temporal_proximity() -> None:
+    r = row("m")
+    lists = {"semantic": [Hit(r, 0.8)], "keyword": [Hit(r, 0.3)], "temporal": [Hit(r, 0.9, {"temporal_proximity": 0.7})]}
+    cand = rrf_fuse(lists)[0]
+    assert (cand.semantic, cand.keyword, cand.temporal_proximity) == (0.8, 0.3, 0.7)
+
+
+def test_arm_lists_order_by_score_across_fact_types_and_cap() -> None:
+    world = ArmResult("semantic", "world", [Hit(row("w1"), 0.5), Hit(row("w2"), 0.2)], 0.0)
+    exp = ArmResult("semantic", "experience", [Hit(row("e1", "experience"), 0.9)], 0.0)
+    kw = ArmResult("keyword", "world", [Hit(row("w2"), 3.0)], 0.0)
+    lists = arm_lists([kw, world, exp])
+    assert list(lists) == ["semantic", "keyword"]  # fixed arm order, whatever came first
+    assert [h.row.external_id for h in lists["semantic"]] == ["e1", "w1", "w2"]
+    assert [h.row.external_id for h in arm_lists([world, exp], per_source_cap=2)["semantic"]] == ["e1", "w1"]
+
+
+def test_graph_high_boost_rank_17_beats_semantic_rank_3_loses_to_rank_2() -> None:
+    graph_17 = Candidate(row("g"), rrf_score=1 / 77, source_ranks={"graph_rank": 17})
+    semantic_3 = Candidate(row("s3"), rrf_score=1 / 63, source_ranks={"semantic_rank": 3})
+    semantic_2 = Candidate(row("s2"), rrf_score=1 / 62, source_ranks={"semantic_rank": 2})
+    boosts = {"graph": "high"}
+    assert boosted_key(graph_17, boosts) > boosted_key(semantic_3, boosts)
+    assert boosted_key(graph_17, boosts) < boosted_key(semantic_2, boosts)
+
+
+def test_cap_keeps_the_best_and_never_rewrites_rrf() -> None:
+    cands = rrf_fuse({"semantic": hits(*"abcdef")})
+    kept, dropped = cap_candidates(cands, 4)
+    assert [c.row.external_id for c in kept] == list("abcd") and dropped == 2
+    boosted, _ = cap_candidates(rrf_fuse({"semantic": hits(*"abcd"), "graph": hits("z")}), 3, {"graph": "high"})
+    assert "z" in [c.row.external_id for c in boosted]
+    assert all(c.rrf_score == pytest.approx(sum(1 / (60 + r) for r in c.source_ranks.values())) for c in boosted)
+
+
+def test_normalisation() -> None:
+    assert normalise([0.2, 0.9]) == [0.2, 0.9]
+    assert [round(x, 3) for x in normalise([-2, 3])] == [0.119, 0.953]
+    assert normalise([float("nan"), 0.5]) == [0.0, 0.5]
+    assert normalise([-1000, 1000]) == [pytest.approx(0.0), pytest.approx(1.0)]  # no overflow
+
+
+def test_passthrough_scores_span_one_to_a_tenth() -> None:
+    assert passthrough_scores(1) == [1.0]
+    assert passthrough_scores(3) == [1.0, pytest.approx(0.55), pytest.approx(0.1)]
+
+
+def test_proof() -> None:
+    assert proof_score(1) == 0.5
+    assert round(proof_score(10), 2) == 0.73
+    assert proof_score(149) == pytest.approx(1.0, abs=1e-3) and proof_score(1000) == 1.0
+    assert proof_score(0) == 0.5 and proof_score(None) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("function", "age_days", "expected"),
+    [("linear", 0, 1.0), ("linear", 182.5, 0.5), ("linear", 3650, 0.1), ("exponential", 90, 0.5),
+     ("exponential", 0, 1.0), ("none", 10, 0.5), ("linear", -5, 1.0)],
+)
+def test_recency(function: str, age_days: float, expected: float) -> None:
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    assert recency(now - timedelta(days=age_days), now, function, 365, 90) == pytest.approx(expected)
+
+
+def test_recency_edge_cases() -> None:
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    assert recency(None, now, "linear", 365, 90) == 0.5
+    assert recency(now - timedelta(days=365), now, "linear", 0, 90) == pytest.approx(0.1)  # window <= 0 means 365
+    assert recency(now - timedelta(days=1), now, "exponential", 365, 0) == 0.5  # half-life <= 0
+
+
+def test_combined_score() -> None:
+    assert combined(1.0, 0.5, 0.5, 0.5) == 1.0
+    assert combined(0.8, 1.0, 0.5, 0.5) == pytest.approx(0.8 * 1.1)
+    assert combined(0.5, 0.1, 1.0, 1.0) == pytest.approx(0.5 * 0.92 * 1.1 * 1.05)
+
+
+def test_floors_are_inclusive_and_anded() -> None:
+    a, b = Candidate(row("a"), 0.0, cross_encoder=0.5, final=0.4), Candidate(row("b"), 0.0, cross_encoder=0.2, final=0.9)
+    assert apply_floors([a, b], 0.5, None) == [a]
+    assert apply_floors([a, b], None, 0.9) == [b]
+    assert apply_floors([a, b], 0.5, 0.5) == []
+
+
+def test_packing_examples_from_the_spec() -> None:
+    sizes = {"a": 50, "b": 300, "c": 40}
+    selected, used, truncated = pack(["a", "b", "c"], 100, sizes.__getitem__)
+    assert selected == ["a", "c"] and used == 90 and truncated
+    selected, used, truncated = pack(["b"], 80, sizes.__getitem__)
+    assert selected == ["b"] and truncated
+    assert pack(["a"], 0, sizes.__getitem__) == ([], 0, True)
+    assert pack(["a", "c"], 100, sizes.__getitem__) == (["a", "c"], 90, False)
+
+
+@pytest.mark.parametrize(("level", "expected"), [("low", 100), ("mid", 300), ("high", 1000)])
+def test_fixed_budget(level: str, expected: int) -> None:
+    assert FixedBudget().resolve(Budget(level), 4096, Settings()) == expected
+
+
+@pytest.mark.parametrize(
+    ("level", "max_tokens", "expected"),
+    [("low", 4096, 102), ("mid", 4096, 307), ("high", 4096, 1024), ("low", 100, 20), ("high", 100_000, 2000)],
+)
+def test_adaptive_budget(level: str, max_tokens: int, expected: int) -> None:
+    assert AdaptiveBudget().resolve(Budget(level), max_tokens, Settings()) == expected
+    assert math.isclose(expected, max(20, min(2000, round(max_tokens * {"low": 0.025, "mid": 0.075, "high": 0.25}[level]))))
