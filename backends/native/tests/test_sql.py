@@ -1,0 +1,199 @@
+"""Golden SQL and query-text tests for the native (tsvector) backend; no database needed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import metadata
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+import hindsight_recall_native as native
+from hindsight_recall.protocols import TextSearchBackend
+from hindsight_recall.settings import Settings
+from hindsight_recall.testing.sqlcheck import parse_statement
+from hindsight_recall_native import NativeBackend, NativeSettings
+
+COLUMNS = "id, text, fact_type"
+WHERE = "bank_id = :bank_id AND fact_type = 'world' AND ((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+TSQUERY = "to_tsquery('english'::regconfig, :query_text)"
+ARM = (
+    f"(SELECT id, text, fact_type, ts_rank_cd(search_vector, {TSQUERY}) AS bm25_score FROM memory_units "
+    f"WHERE {WHERE} AND search_vector @@ {TSQUERY} AND ts_rank_cd(search_vector, {TSQUERY}) >= :min_score "
+    "ORDER BY bm25_score DESC, id LIMIT :limit)"
+)
+TERM_FREQUENCIES = """
+WITH stats AS (
+    SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs
+    FROM pg_stats
+    WHERE schemaname = current_schema() AND tablename = 'memory_units' AND attname = 'search_vector'
+), terms AS (
+    SELECT t.ord, t.token, (tsvector_to_array(to_tsvector(CAST(:language AS regconfig), t.token)))[1] AS lexeme
+    FROM unnest(CAST(:tokens AS text[])) WITH ORDINALITY AS t(token, ord)
+)
+SELECT terms.ord, terms.token, terms.lexeme,
+       COALESCE((SELECT stats.freqs[array_position(stats.elems, terms.lexeme)] FROM stats), 0) AS freq
+FROM terms ORDER BY terms.ord
+"""
+
+
+def backend(**settings: Any) -> NativeBackend:
+    return NativeBackend(Settings(**settings), NativeSettings())
+
+
+def statements(b: NativeBackend) -> list[str]:
+    """Every statement the backend contributes, embedded the way core runs it."""
+    return [
+        *b.install_statements(),
+        *b.session_statements(),
+        f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
+        *b.index_statements(),
+        f"INSERT INTO memory_units (id, search_vector) SELECT id, {b.write_expression('document')} FROM stage_units",
+        b.arm_sql(columns=COLUMNS, where=WHERE),
+        " UNION ALL ".join(b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")),
+        native._TERM_FREQUENCIES,
+    ]
+
+
+def test_satisfies_protocol_and_entry_point() -> None:
+    assert isinstance(NativeBackend, TextSearchBackend)
+    assert isinstance(backend(), TextSearchBackend)
+    (ep,) = [ep for ep in metadata.entry_points(group="hindsight_recall") if ep.name == NativeBackend.name]
+    assert ep.value == "hindsight_recall_native"
+    registered: list[Any] = []
+    native.register_text_search_backends(registered.append)
+    assert registered == [NativeBackend]
+    assert (NativeBackend.citus_compatible, NativeBackend.supports_cjk) == (True, True)
+
+
+def test_golden_statements() -> None:
+    b = backend()
+    assert b.install_statements() == ()
+    assert b.session_statements() == ()
+    assert b.column_type() == "tsvector"
+    assert b.index_statements() == (
+        "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units USING gin (search_vector)",
+    )
+    assert b.write_expression("document") == "to_tsvector('english'::regconfig, document)"
+    assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
+    assert native._TERM_FREQUENCIES == TERM_FREQUENCIES
+
+
+def test_language_setting_is_inlined() -> None:
+    b = NativeBackend(Settings(), NativeSettings(language="simple"))
+    assert b.write_expression("d") == "to_tsvector('simple'::regconfig, d)"
+    assert "to_tsquery('simple'::regconfig, :query_text)" in b.arm_sql(columns=COLUMNS, where=WHERE)
+
+
+@pytest.mark.parametrize("language", ["english'; DROP TABLE x; --", "en glish", "1english", ""])
+def test_language_must_be_an_identifier(language: str) -> None:
+    with pytest.raises(ValidationError, match="HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_LANGUAGE"):
+        NativeSettings(language=language)
+
+
+@pytest.mark.parametrize("language", ["english", "simple"])
+def test_every_statement_parses(language: str) -> None:
+    for sql in statements(NativeBackend(Settings(), NativeSettings(language=language))):
+        parse_statement(sql)
+
+
+@pytest.mark.parametrize(
+    ("document", "prepared"),
+    [
+        ("Alice adopted a cat", "Alice adopted a cat"),
+        ("我喜欢吃苹果", " 我喜 喜欢 欢吃 吃苹 苹果 "),
+        ("東京タワーに行った", " 東京 京タ タワ ワー ーに に行 行っ った "),
+        ("서울에서 만났어요", " 서울 울에 에서   만났 났어 어요 "),
+        ("iphone手机 中 ok", "iphone 手机   中  ok"),
+        ("", ""),
+    ],
+)
+def test_prepare_document_bigrams_cjk(document: str, prepared: str) -> None:
+    assert backend().prepare_document(document) == prepared
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (["alice", "cat"], "'alice' | 'cat'"),
+        (["cat", "cat", "dog"], "'cat' | 'dog'"),
+        (["苹果"], "'苹果'"),
+        (["東京タワー"], "'東京' | '京タ' | 'タワ' | 'ワー'"),
+        (["中"], "'中'"),
+        (["서울에서"], "'서울' | '울에' | '에서'"),
+        (["iphone手机"], "'iphone' | '手机'"),
+        # Callers are meant to pass word tokens; raw syntax must still never reach to_tsquery.
+        (["a&b", "c|d", "!e", "(f)", "g:*", "<h>", "i'j", "k\\l", "m\x00n"],
+         "'a' | 'b' | 'c' | 'd' | 'e' | 'f' | 'g' | 'h' | 'i' | 'j' | 'k' | 'l' | 'm' | 'n'"),
+        (["Café", "NAÏVE"], "'café' | 'naïve'"),
+        (["foo_bar", "2024"], "'foo_bar' | '2024'"),
+    ],
+)
+async def test_prepare_query(tokens: list[str], expected: str) -> None:
+    assert await backend(bm25_max_query_terms=0).prepare_query(" ".join(tokens), tokens, FakeConnection()) == expected
+
+
+@pytest.mark.parametrize("tokens", [[], [""], ["&", "|", "'", "\x00"], ["   "]])
+async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
+    assert await backend().prepare_query("& | ' \x00", tokens, FakeConnection()) is None
+
+
+class FakeConnection:
+    """Answers the term-frequency query with scripted rows, or fails."""
+
+    def __init__(self, frequencies: dict[str, float] | None = None, fail: bool = False) -> None:
+        self.frequencies = frequencies or {}
+        self.fail = fail
+        self.executed: list[tuple[str, dict[str, Any]]] = []
+
+    @asynccontextmanager
+    async def begin_nested(self) -> AsyncIterator[None]:
+        yield
+
+    async def execute(self, statement: Any, params: dict[str, Any]) -> Any:
+        self.executed.append((str(statement), params))
+        if self.fail:
+            raise RuntimeError("no statistics")
+        rows = [
+            SimpleNamespace(ord=i + 1, token=t, lexeme=None if t in {"the", "of"} else t, freq=self.frequencies.get(t, 0))
+            for i, t in enumerate(params["tokens"])
+        ]
+        return SimpleNamespace(all=lambda: rows)
+
+
+async def test_cap_keeps_the_rarest_terms_in_query_order() -> None:
+    conn = FakeConnection({"alice": 0.5, "cat": 0.01, "the": 0.9, "went": 0.3, "home": 0.02})
+    b = backend(bm25_max_query_terms=2)
+    tokens = ["the", "alice", "cat", "went", "home"]
+    assert await b.prepare_query("", tokens, conn) == "'cat' | 'home'"
+    ((sql, params),) = conn.executed
+    assert sql == TERM_FREQUENCIES
+    assert params == {"language": "english", "tokens": tokens}
+
+
+async def test_cap_drops_stopwords_and_breaks_ties_by_position() -> None:
+    b = backend(bm25_max_query_terms=2)
+    assert await b.prepare_query("", ["the", "red", "of", "fox", "dog"], FakeConnection()) == "'red' | 'fox'"
+
+
+async def test_cap_falls_back_to_the_first_terms() -> None:
+    tokens = ["a", "b", "c", "d"]
+    assert await backend(bm25_max_query_terms=2).prepare_query("", tokens, FakeConnection(fail=True)) == "'a' | 'b'"
+    conn = FakeConnection({"a": 0.9})
+    b = backend(bm25_max_query_terms=2, bm25_selective_terms=False)
+    assert await b.prepare_query("", tokens, conn) == "'a' | 'b'"
+    assert conn.executed == []
+
+
+async def test_cap_counts_cjk_bigrams() -> None:
+    conn = FakeConnection({"東京": 0.5})
+    assert await backend(bm25_max_query_terms=2).prepare_query("", ["東京タワー"], conn) == "'京タ' | 'タワ'"
+
+
+async def test_zero_cap_is_unlimited() -> None:
+    tokens = [f"t{i}" for i in range(40)]
+    query = await backend(bm25_max_query_terms=0).prepare_query("", tokens, FakeConnection(fail=True))
+    assert query is not None and query.count("|") == 39

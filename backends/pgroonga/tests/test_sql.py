@@ -1,0 +1,105 @@
+"""Golden SQL and query-text tests for the PGroonga backend; no database needed."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import pytest
+
+import hindsight_recall_pgroonga as pgroonga
+from hindsight_recall.protocols import TextSearchBackend
+from hindsight_recall.settings import Settings
+from hindsight_recall.testing.sqlcheck import parse_statement
+from hindsight_recall_pgroonga import PgroongaBackend
+
+COLUMNS = "id, text, fact_type"
+WHERE = "bank_id = :bank_id AND fact_type = 'world' AND ((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+DOCUMENT = "COALESCE(text, '') || ' ' || COALESCE(context, '') || ' ' || COALESCE(text_signals, '')"
+INDEX = (
+    f"CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units USING pgroonga (({DOCUMENT})) "
+    "WITH (tokenizer = 'TokenBigram', normalizer = 'NormalizerNFKC150')"
+)
+ARM = (
+    "(SELECT * FROM (SELECT id, text, fact_type, pgroonga_score(tableoid, ctid) AS bm25_score FROM memory_units "
+    f"WHERE {WHERE} AND ({DOCUMENT}) &@~ pgroonga_query_escape(:query_text) "
+    "ORDER BY bm25_score DESC, id LIMIT :limit) AS pgroonga_hits "
+    "WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
+)
+
+
+def statements(b: PgroongaBackend) -> list[str]:
+    """Every statement the backend contributes, embedded the way core runs it."""
+    return [
+        *b.install_statements(),
+        *b.session_statements(),
+        f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
+        *b.index_statements(),
+        f"INSERT INTO memory_units (id, search_vector) SELECT id, {b.write_expression('document')} FROM stage_units",
+        b.arm_sql(columns=COLUMNS, where=WHERE),
+        " UNION ALL ".join(b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")),
+    ]
+
+
+def test_satisfies_protocol_and_entry_point() -> None:
+    assert isinstance(PgroongaBackend, TextSearchBackend)
+    assert isinstance(PgroongaBackend(Settings()), TextSearchBackend)
+    (ep,) = [ep for ep in metadata.entry_points(group="hindsight_recall") if ep.name == PgroongaBackend.name]
+    assert ep.value == "hindsight_recall_pgroonga"
+    registered: list[Any] = []
+    pgroonga.register_text_search_backends(registered.append)
+    assert registered == [PgroongaBackend]
+    assert (PgroongaBackend.citus_compatible, PgroongaBackend.supports_cjk) == (False, True)
+
+
+def test_golden_statements() -> None:
+    b = PgroongaBackend(Settings())
+    assert b.install_statements() == ("CREATE EXTENSION IF NOT EXISTS pgroonga",)
+    assert b.session_statements() == ()
+    assert b.column_type() == "text"
+    assert b.index_statements() == (INDEX,)
+    assert b.write_expression("document") == "NULL::text"
+    assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
+
+
+def test_match_uses_the_indexed_expression_verbatim() -> None:
+    b = PgroongaBackend(Settings())
+    (index,) = b.index_statements()
+    indexed = index.split("USING pgroonga ((", 1)[1].split(")) WITH", 1)[0]
+    assert indexed == pgroonga.DOCUMENT == DOCUMENT
+    assert f"({indexed}) &@~ pgroonga_query_escape(:query_text)" in b.arm_sql(columns=COLUMNS, where=WHERE)
+
+
+def test_every_statement_parses() -> None:
+    for sql in statements(PgroongaBackend(Settings())):
+        parse_statement(sql)
+
+
+def test_prepare_document_keeps_the_text() -> None:
+    assert PgroongaBackend(Settings()).prepare_document("東京 & cats") == "東京 & cats"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (["alice", "cat"], "alice OR cat"),
+        (["cat", "cat"], "cat"),
+        (["東京タワー"], "東京 OR 京タ OR タワ OR ワー"),
+        (["我喜欢吃苹果"], "我喜 OR 喜欢 OR 欢吃 OR 吃苹 OR 苹果"),
+        (["서울에서"], "서울 OR 울에 OR 에서"),
+        (["中"], "中"),
+        (["iphone手机", "ok"], "iphone OR 手机 OR ok"),
+        # Lower case keeps a user's "or" from becoming the OR operator.
+        (["OR", "and"], "or OR and"),
+        # Query syntax never survives: only letters, marks, digits and underscores do.
+        (["a&b", "c|d", "!e", "(f)", "g:*", "<h>", "i'j", "k\\l", "m\x00n", '"o"', "+p", "-q", "~r"],
+         "a OR b OR c OR d OR e OR f OR g OR h OR i OR j OR k OR l OR m OR n OR o OR p OR q OR r"),
+    ],
+)
+async def test_prepare_query(tokens: list[str], expected: str) -> None:
+    assert await PgroongaBackend(Settings()).prepare_query(" ".join(tokens), tokens, None) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tokens", [[], [""], ["&", "()", "\x00"]])
+async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
+    assert await PgroongaBackend(Settings()).prepare_query("& ()", tokens, None) is None  # type: ignore[arg-type]

@@ -1,0 +1,227 @@
+"""The local cross-encoder reranker, run for real with a tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hindsight_recall_reranker_local import (
+    LocalReranker,
+    LocalSettings,
+    _pick_device,
+    register_rerankers,
+    shared_pool,
+)
+
+from hindsight_recall.errors import RerankerError
+from hindsight_recall.protocols import Reranker
+from hindsight_recall.settings import Settings
+
+QUERY = "where did the fox go"
+DOCS = [f"the fox went to place number {i}" + " and further" * (i % 9) for i in range(300)]
+
+
+class Spy:
+    """Wraps a model's ``predict`` to record batch sizes, threads and overlap."""
+
+    def __init__(self, model: Any, pause: float = 0.0) -> None:
+        self.predict, self.pause = model.predict, pause
+        self.sizes: list[int] = []
+        self.threads: set[str] = set()
+        self.lengths: list[list[int]] = []
+        self.running = self.max_running = 0
+        self._lock = threading.Lock()
+        model.predict = self
+
+    def __call__(self, pairs: list[tuple[str, str]], **kwargs: Any) -> Any:
+        with self._lock:
+            self.sizes.append(len(pairs))
+            self.lengths.append([len(d) for _, d in pairs])
+            self.threads.add(threading.current_thread().name)
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        try:
+            time.sleep(self.pause)  # stands in for a heavier model
+            return self.predict(pairs, **kwargs)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def make(tiny_model: Path, settings: Settings | None = None, **config: Any) -> LocalReranker:
+    return LocalReranker(settings or Settings(), LocalSettings(model=str(tiny_model), **config))
+
+
+@pytest.fixture(scope="module")
+async def reranker(tiny_model: Path) -> LocalReranker:
+    reranker = make(tiny_model)
+    await reranker.start()
+    return reranker
+
+
+async def test_scores_are_raw_logits_in_input_order(reranker: LocalReranker, tiny_model: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    docs = DOCS[:20]
+    scores = await reranker.score(QUERY, docs)
+    assert len(scores) == 20 and all(isinstance(s, float) for s in scores)
+    assert any(not 0 <= s <= 1 for s in scores)
+    # The model's default head applies a sigmoid; ours must be its inverse image, pair by pair.
+    squashed = CrossEncoder(str(tiny_model)).predict([(QUERY, d) for d in docs], show_progress_bar=False)
+    for raw, expected in zip(scores, squashed, strict=True):
+        assert 1 / (1 + math.exp(-raw)) == pytest.approx(float(expected), abs=1e-5)
+    assert await reranker.score(QUERY, docs[::-1]) == pytest.approx(scores[::-1], abs=1e-5)
+
+
+async def test_300_pairs_go_in_batches_of_32_without_blocking_the_loop(reranker: LocalReranker) -> None:
+    spy = Spy(reranker._model, pause=0.05)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.005)
+
+    task = asyncio.create_task(ticker())
+    try:
+        scores = await reranker.score(QUERY, DOCS)
+    finally:
+        task.cancel()
+        reranker._model.predict = spy.predict
+    assert len(scores) == 300
+    assert sorted(spy.sizes) == [12] + [32] * 9
+    assert spy.max_running == 4 and all(t.startswith("hindsight-rerank-4") for t in spy.threads)
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert len(ticks) >= 10 and max(gaps) < 0.25
+
+
+async def test_batch_size_setting(tiny_model: Path) -> None:
+    reranker = make(tiny_model, batch_size=7)
+    await reranker.start()
+    spy = Spy(reranker._model)
+    await reranker.score(QUERY, DOCS[:30])
+    assert sorted(spy.sizes) == [2, 7, 7, 7, 7]
+
+
+async def test_max_concurrent_setting_shares_one_pool(tiny_model: Path) -> None:
+    first, second = make(tiny_model, max_concurrent=1), make(tiny_model, max_concurrent=1)
+    await first.start()
+    second._model = first._model
+    spy = Spy(first._model, pause=0.01)
+    await asyncio.gather(first.score(QUERY, DOCS[:64]), second.score(QUERY, DOCS[:64]))
+    assert spy.max_running == 1 and len(spy.threads) == 1
+    assert shared_pool(1) is shared_pool(1) and shared_pool(1)._max_workers == 1
+
+
+async def test_bucket_batching_groups_similar_lengths(tiny_model: Path, reranker: LocalReranker) -> None:
+    bucketed = make(tiny_model, bucket_batching=True, batch_size=16)
+    await bucketed.start()
+    spy = Spy(bucketed._model)
+    docs = DOCS[:64]
+    scores = await bucketed.score(QUERY, docs)
+    for lengths in spy.lengths:
+        assert lengths == sorted(lengths)
+    assert max(max(b) - min(b) for b in spy.lengths) < max(len(d) for d in docs) - min(len(d) for d in docs)
+    assert scores == pytest.approx(await reranker.score(QUERY, docs), abs=1e-4)
+
+
+async def test_force_cpu_and_trust_remote_code(tiny_model: Path) -> None:
+    reranker = make(tiny_model, force_cpu=True, trust_remote_code=True)
+    await reranker.start()
+    assert reranker.device == "cpu" and str(reranker._model.device) == "cpu"
+    assert reranker._model.trust_remote_code is True
+    assert make(tiny_model).config.trust_remote_code is False
+
+
+async def test_fp16(tiny_model: Path) -> None:
+    import torch
+
+    reranker = make(tiny_model, fp16=True, force_cpu=True)
+    scores = await reranker.score(QUERY, DOCS[:8])
+    assert next(reranker._model.model.parameters()).dtype == torch.float16
+    assert all(math.isfinite(s) for s in scores)
+
+
+def test_device_choice() -> None:
+    def fake_torch(cuda: bool, mps: bool) -> Any:
+        return SimpleNamespace(
+            cuda=SimpleNamespace(is_available=lambda: cuda),
+            backends=SimpleNamespace(mps=SimpleNamespace(is_available=lambda: mps)),
+        )
+
+    assert _pick_device(fake_torch(True, True), LocalSettings(force_cpu=True)) == "cpu"
+    assert _pick_device(fake_torch(True, True), LocalSettings()) == "cuda"
+    assert _pick_device(fake_torch(False, True), LocalSettings()) == "cpu"
+    assert _pick_device(fake_torch(False, True), LocalSettings(allow_mps=True)) == "mps"
+    assert _pick_device(fake_torch(False, False), LocalSettings(allow_mps=True)) == "cpu"
+
+
+async def test_score_loads_lazily_and_empty_input_loads_nothing(tiny_model: Path) -> None:
+    reranker = make(tiny_model)
+    assert await reranker.score(QUERY, []) == [] and reranker._model is None
+    assert len(await reranker.score(QUERY, DOCS[:3])) == 3 and reranker._model is not None
+    await reranker.close()
+    assert reranker._model is None
+
+
+async def test_unloadable_model_names_the_variable(tmp_path: Path) -> None:
+    reranker = LocalReranker(Settings(), LocalSettings(model=str(tmp_path / "no-such-model")))
+    with pytest.raises(RerankerError, match="HINDSIGHT_API_RERANKER_LOCAL_MODEL"):
+        await reranker.start()
+
+
+async def test_loading_is_bounded_by_model_init_timeout(tiny_model: Path) -> None:
+    reranker = make(tiny_model, Settings(model_init_timeout=0.001))
+    with pytest.raises(RerankerError, match="HINDSIGHT_API_MODEL_INIT_TIMEOUT=0.001"):
+        await reranker.score(QUERY, DOCS[:3])
+
+
+def test_settings_defaults_and_prefix() -> None:
+    config = LocalSettings()
+    assert LocalSettings.model_config["env_prefix"] == "HINDSIGHT_API_RERANKER_LOCAL_"
+    assert config.model_dump() == {
+        "model": "cross-encoder/ms-marco-MiniLM-L-6-v2",
+        "batch_size": 32,
+        "max_concurrent": 4,
+        "force_cpu": False,
+        "allow_mps": False,
+        "fp16": False,
+        "trust_remote_code": False,
+        "bucket_batching": False,
+    }
+    assert LocalReranker(None, config).init_timeout == 300
+
+
+def test_settings_read_their_variables(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    names = ["FORCE_CPU", "ALLOW_MPS", "FP16", "TRUST_REMOTE_CODE", "BUCKET_BATCHING"]
+    env.write_text(
+        "HINDSIGHT_API_RERANKER_LOCAL_MODEL=/models/ce\nHINDSIGHT_API_RERANKER_LOCAL_BATCH_SIZE=8\n"
+        "HINDSIGHT_API_RERANKER_LOCAL_MAX_CONCURRENT=2\n"
+        + "".join(f"HINDSIGHT_API_RERANKER_LOCAL_{n}=true\n" for n in names)
+    )
+    config = LocalSettings(_env_file=env)  # type: ignore[call-arg]
+    assert (config.model, config.batch_size, config.max_concurrent) == ("/models/ce", 8, 2)
+    assert all(getattr(config, n.lower()) is True for n in names)
+
+
+def test_import_is_cheap() -> None:
+    code = "import sys, hindsight_recall_reranker_local; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_registers_a_reranker_class() -> None:
+    registered: list[object] = []
+    register_rerankers(registered.append)
+    assert registered == [LocalReranker]
+    assert isinstance(LocalReranker, Reranker)
+    assert LocalReranker.name == "local" and LocalReranker.passthrough is False

@@ -1,0 +1,198 @@
+"""Recall end to end on the embedded PostgreSQL server."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from hindsight_recall import Engine, InvalidRequest
+from hindsight_recall.fusion import ARM_ORDER
+
+PHASES = ["backend_acquisition", "generate_query_embedding", "temporal_extraction", "parallel_retrieval",
+          "rrf_merge", "rerank_prefilter", "reranking", "combined_scoring", "prefer_observations_dedup",
+          "token_filtering", "entity_build"]
+
+
+def ids(body: dict) -> list[str]:
+    return [r["id"] for r in body["results"]]
+
+
+async def test_finds_the_employment_fact(engine: Engine, alice: str) -> None:
+    body = await engine.recall(alice, "Where does Alice work?")
+    assert ids(body)[0] in {"job", "summary"}
+    assert "job" in ids(body)[:3]
+    top = body["results"][ids(body).index("job")]
+    assert top["scores"]["semantic"] > 0.3 and top["scores"]["keyword"] is not None
+    assert top["type"] == "world" and top["tags"] == ["work"]
+    assert top["occurred_start"].startswith("2023-08-01")
+    assert set(top["entities"]) == {"Alice", "Helios Robotics"}
+    assert body["entities"]["Alice"]["canonical_name"] == "Alice"
+
+
+async def test_observation_lists_its_sources_by_caller_id(engine: Engine, alice: str) -> None:
+    body = await engine.recall(alice, "Alice changed jobs", types=["observation"])
+    assert ids(body) == ["summary"]
+    assert body["results"][0]["source_fact_ids"] == ["job", "left"]
+    assert set(body["results"][0]["entities"]) >= {"Alice", "Helios Robotics", "Northwind Labs"}
+
+
+async def test_arms_run_on_separate_connections_and_trace_phases(engine: Engine, alice: str) -> None:
+    body = await engine.recall(alice, "Alice marathon", trace=True)
+    trace = body["trace"]
+    names = [p["phase_name"] for p in trace["summary"]["phase_metrics"]]
+    assert [n for n in names if not n.startswith("retrieval_")] == PHASES
+    assert {"retrieval_semantic", "retrieval_keyword"} <= set(names)
+    retrieval = next(p for p in trace["summary"]["phase_metrics"] if p["phase_name"] == "parallel_retrieval")
+    assert retrieval["details"]["semantic"] > 0 and retrieval["details"]["keyword"] > 0
+    prefilter = next(p for p in trace["summary"]["phase_metrics"] if p["phase_name"] == "rerank_prefilter")
+    assert prefilter["details"]["dropped"] == 0 and prefilter["details"]["max_candidates"] == 300
+    assert trace["query"]["budget"] == 300 and trace["query"]["temporal_constraint"] is None
+    assert trace["rrf_merged"][0]["final_rrf_rank"] == 1
+    assert trace["reranked"][0]["score_components"]["combined_score"] == body["results"][0]["scores"]["final"]
+    additive = sum(p["duration_seconds"] for p in trace["summary"]["phase_metrics"]
+                   if not p["phase_name"].startswith("retrieval_"))
+    assert additive <= trace["summary"]["total_duration_seconds"] + 1e-3
+    assert set(ARM_ORDER) >= {m["method_name"] for m in trace["retrieval_results"]}
+
+
+async def test_types_filter_in_sql(engine: Engine, alice: str) -> None:
+    body = await engine.recall(alice, "Bob pasta dinner", types=["experience"])
+    assert ids(body) == ["pasta"]
+    assert (await engine.recall(alice, "Bob pasta", types=["opinion"]))["results"] == []
+
+
+@pytest.mark.parametrize(
+    ("tags", "match", "expected"),
+    [
+        (["work"], "any", {"job", "old-job", "reorg", "left", "summary", "untagged", "pasta"}),
+        (["work"], "any_strict", {"job", "old-job", "reorg"}),
+        (["work", "personal"], "all", {"left", "summary", "untagged", "pasta"}),
+        (["work", "personal"], "all_strict", set()),
+        (["personal"], "exact", {"marathon"}),
+        ([], "exact", {"left", "summary", "untagged", "pasta"}),
+        (None, "any", {"job", "old-job", "marathon", "pasta", "reorg", "left", "summary", "untagged"}),
+    ],
+)
+async def test_tag_modes(engine: Engine, alice: str, tags: list[str] | None, match: str, expected: set[str]) -> None:
+    body = await engine.recall(alice, "Alice Bob work marathon tea pasta jobs", tags=tags, tags_match=match,
+                               min_scores={"semantic": 0.0}, budget="high")
+    assert set(ids(body)) == expected
+
+
+async def test_tag_filter_applies_before_limit(engine: Engine, bank: str) -> None:
+    noise = [{"id": f"n{i}", "text": f"Alice note number {i} about the weather", "tags": ["noise"]} for i in range(30)]
+    await engine.retain(bank, [*noise, {"id": "target", "text": "Alice note about the garden", "tags": ["garden"]}])
+    from hindsight_recall import banks
+
+    async with engine.db.connect() as conn:  # B = 5: thirty better-matching rows must not eat the limit
+        await banks.set_bank_config(conn, bank, {"recall_budget_fixed_low": 5})
+    body = await engine.recall(bank, "Alice note", tags=["garden"], tags_match="any_strict", budget="low")
+    assert ids(body) == ["target"]
+
+
+async def test_banks_are_isolated(engine: Engine, bank: str) -> None:
+    other = bank + "-other"
+    await engine.retain(bank, [{"id": "a", "text": "The secret code word is pineapple."}])
+    await engine.retain(other, [{"id": "a", "text": "The secret code word is mango."}])
+    assert [r["text"] for r in (await engine.recall(bank, "secret code word"))["results"]] == ["The secret code word is pineapple."]
+    assert [r["text"] for r in (await engine.recall(other, "secret code word"))["results"]] == ["The secret code word is mango."]
+
+
+async def test_unknown_bank_is_an_empty_result(engine: Engine) -> None:
+    body = await engine.recall("no-such-bank-anywhere", "anything", trace=True)
+    assert body["results"] == [] and body["results_truncated"] is False and body["trace"]["summary"]["results_returned"] == 0
+
+
+@pytest.mark.parametrize("query", ["& | ! ( ) : * < > ' \\", "Alice's job & <work>!", "a:b*c|d", "Alice\x00work",
+                                   "'; DROP TABLE memory_units; --", "Alice \\ud800 work", "🙂 Alice"])
+async def test_hostile_queries_are_safe(engine: Engine, alice: str, query: str) -> None:
+    try:
+        body = await engine.recall(alice, query)
+    except InvalidRequest as exc:  # only when nothing is left after normalisation
+        assert exc.field == "query"
+        return
+    assert isinstance(body["results"], list)
+    assert (await engine.recall(alice, "Where does Alice work?"))["results"]  # the table survived
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "status"),
+    [({"budget": "huge"}, "budget", 422), ({"tags_match": "some"}, "tags_match", 422),
+     ({"types": ["fact"]}, "types", 422), ({"max_tokens": -1}, "max_tokens", 422),
+     ({"query_timestamp": "yesterday-ish"}, "query_timestamp", 400), ({"min_scores": {"vibes": 1}}, "min_scores.vibes", 422),
+     ({"temporal_window": ("2024-02-01", "2024-01-01")}, "temporal_window", 422), ({"reranking": "magic"}, "reranking", 422)],
+)
+async def test_bad_options_name_the_field(engine: Engine, alice: str, options: dict, field: str, status: int) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        await engine.recall(alice, "Alice", **options)
+    assert err.value.field == field and err.value.status == status and field.split(".")[0] in str(err.value)
+
+
+@pytest.mark.parametrize("query", ["", "   ", "?!?", "\x00"])
+async def test_empty_queries_are_rejected(engine: Engine, alice: str, query: str) -> None:
+    with pytest.raises(InvalidRequest, match="query"):
+        await engine.recall(alice, query)
+
+
+async def test_bad_bank_ids(engine: Engine) -> None:
+    for bad in ["", "a\x00b", "x" * 300]:
+        with pytest.raises(InvalidRequest, match="bank_id"):
+            await engine.recall(bad, "Alice")
+
+
+async def test_max_tokens_zero_and_budget(engine: Engine, alice: str) -> None:
+    body = await engine.recall(alice, "Alice", max_tokens=0)
+    assert body["results"] == [] and body["results_truncated"] is True
+    body = await engine.recall(alice, "Alice", max_tokens=12)
+    assert len(body["results"]) >= 1 and body["results_truncated"] is True
+
+
+async def test_huge_query_is_cut_with_a_warning(engine: Engine, alice: str, caplog: pytest.LogCaptureFixture) -> None:
+    query = "Where does Alice work? " + "filler " * 5000
+    with caplog.at_level(logging.WARNING):
+        body = await engine.recall(alice, query, trace=True)
+    assert "only the first 500" in caplog.text
+    assert len(body["trace"]["query"]["query_text"]) < len(query)
+
+
+async def test_min_scores(engine: Engine, alice: str) -> None:
+    assert (await engine.recall(alice, "Alice marathon", min_scores={"final": 2.0}))["results"] == []
+    strict = await engine.recall(alice, "Alice marathon", min_scores={"semantic": 0.99, "keyword": 1e9})
+    assert strict["results"] == []
+
+
+async def test_query_timestamp_anchors_recency(engine: Engine, alice: str) -> None:
+    body = await engine.recall(alice, "Alice", query_timestamp="2023-08-02T00:00:00Z", trace=True)
+    job = next(r for r in body["trace"]["reranked"] if r["node_id"] == "job")
+    assert job["score_components"]["recency"] == pytest.approx(1 - 1 / 365, abs=1e-3)
+    assert body["trace"]["query"]["timestamp"].startswith("2023-08-02")
+
+
+async def test_chunks_are_budgeted_and_cut(engine: Engine, bank: str) -> None:
+    chunk = "Alice: I started at Helios. " * 40
+    await engine.retain(bank, [{"id": "a", "text": "Alice works at Helios.", "chunk": chunk, "document_id": "chat-1"},
+                               {"id": "b", "text": "Alice likes Helios.", "chunk": "short chunk", "document_id": "chat-1"}])
+    body = await engine.recall(bank, "Alice Helios", include_chunks=50)
+    chunks = list(body["chunks"].values())
+    assert chunks and all(c["id"].startswith(f"{bank}_chat-1_") for c in chunks)
+    assert any(c["truncated"] for c in chunks) or sum(len(c["text"]) for c in chunks) < len(chunk)
+
+
+async def test_bank_config_overrides_budget(engine: Engine, alice: str) -> None:
+    from hindsight_recall import banks
+
+    async with engine.db.connect() as conn:
+        stored = await banks.set_bank_config(conn, alice, {"recall_budget_fixed_mid": 2})
+    assert stored == {"recall_budget_fixed_mid": 2}
+    body = await engine.recall(alice, "Alice", trace=True)
+    assert body["trace"]["query"]["budget"] == 2 and len(body["results"]) <= 4
+    async with engine.db.connect() as conn:
+        with pytest.raises(InvalidRequest):
+            await banks.set_bank_config(conn, alice, {"database_url": "x"})
+
+
+async def test_reranking_off_is_passthrough(engine: Engine, alice: str, make_settings) -> None:
+    body = await engine.recall(alice, "Alice", reranking="rrf", trace=True)
+    phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
+    assert phase["details"]["reranker_type"] == "rrf" and body["results"][0]["scores"]["reranker"] is None

@@ -1,0 +1,129 @@
+"""Retain: validation, idempotency, atomicity, links and the LoCoMo file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from hindsight_recall import Engine, RetainError
+from hindsight_recall.ingest import unit_id
+from hindsight_recall.memories import parse_lines, read_jsonl
+
+LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo" / "dev" / "memories.jsonl"
+
+
+async def count(engine: Engine, sql: str, **params: object) -> int:
+    async with engine.db.connect() as conn:
+        return int(await conn.scalar(text(sql), params))
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "why"),
+    [
+        ('{"text": "x"}', "id", "required"),
+        ('{"id": "a", "text": ""}', "text", "empty"),
+        ('{"id": "a", "text": "x", "type": "opinion"}', "type", "not one of"),
+        ('{"id": "a", "text": "x", "occurred_at": "last tuesday"}', "occurred_at", "ISO-8601"),
+        ('{"id": "a", "text": "x", "occurred_at": 2023}', "occurred_at", "ISO-8601"),
+        ('{"id": "a", "text": "x", "occurred_start": "2024-02-01", "occurred_end": "2024-01-01"}', "occurred_end", "before"),
+        ('{"id": "a", "text": "x", "occurred_at": "2024-01-01", "occurred_start": "2024-01-01"}', "occurred_at", "either"),
+        ('{"id": "a", "text": "x", "proof_count": 0}', "proof_count", "positive"),
+        ('{"id": "a", "text": "x", "metadata": {"k": 1}}', "metadata", "string"),
+        ('{"id": "a", "text": "x", "entities": "Alice"}', "entities", "list"),
+        ('{"id": "a", "text": "x\\u0000y"}', "text", "NUL"),
+        ('{"id": "a", "text": "x", "colour": "red"}', "colour", "unknown field"),
+        ('{"id": "a", "text": "x"', "json", "not valid JSON"),
+        ('["a"]', "memory", "JSON object"),
+    ],
+)
+def test_bad_lines_name_line_and_field(line: str, field: str, why: str) -> None:
+    with pytest.raises(RetainError) as err:
+        list(parse_lines(["", line], "bank"))
+    assert err.value.line == 2 and err.value.field == field and why in str(err.value)
+    assert str(err.value).startswith(f"line 2: {field}")
+
+
+def test_a_bank_is_needed() -> None:
+    with pytest.raises(RetainError, match="bank"):
+        list(parse_lines(['{"id": "a", "text": "x"}']))
+
+
+async def test_reretain_updates_and_never_duplicates(engine: Engine, bank: str) -> None:
+    await engine.retain(bank, [{"id": "a", "text": "Alice lives in Berlin.", "entities": ["Alice", "Berlin"]}])
+    await engine.retain(bank, [{"id": "a", "text": "Alice lives in Munich.", "entities": ["Alice", "Munich"]}])
+    assert await count(engine, "SELECT count(*) FROM memory_units WHERE bank_id = :b", b=bank) == 1
+    body = await engine.recall(bank, "Where does Alice live?")
+    assert [r["text"] for r in body["results"]] == ["Alice lives in Munich."]
+    assert set(body["results"][0]["entities"]) == {"Alice", "Munich"}
+
+
+async def test_nothing_is_half_written(engine: Engine, bank: str) -> None:
+    good = {"id": "a", "text": "Fine memory."}
+    with pytest.raises(RetainError, match="causes"):
+        await engine.retain(bank, [good, {"id": "b", "text": "Bad link.", "causes": ["nowhere"]}])
+    assert await count(engine, "SELECT count(*) FROM memory_units WHERE bank_id = :b", b=bank) == 0
+    with pytest.raises(RetainError, match="twice"):
+        await engine.retain(bank, [good, good])
+    assert await count(engine, "SELECT count(*) FROM banks WHERE bank_id = :b", b=bank) == 0
+
+
+async def test_links_and_entities(engine: Engine, alice: str) -> None:
+    reorg, left = unit_id(alice, "reorg"), unit_id(alice, "left")
+    causal = await count(engine, "SELECT count(*) FROM memory_links WHERE from_unit_id = :a AND to_unit_id = :b "
+                                 "AND link_type = 'causes' AND weight = 1", a=reorg, b=left)
+    back = await count(engine, "SELECT count(*) FROM memory_links WHERE from_unit_id = :b AND to_unit_id = :a "
+                               "AND link_type = 'caused_by'", a=reorg, b=left)
+    assert causal == 1 and back == 1
+    assert await count(engine, "SELECT count(*) FROM entities WHERE bank_id = :b", b=alice) == 4
+    temporal = await count(engine, "SELECT count(*) FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
+                                   "WHERE u.bank_id = :b AND l.link_type = 'temporal'", b=alice)
+    assert temporal == 0  # no two memories within 24 h
+    await engine.retain(alice, [{"id": "near", "text": "Alice bought new shoes.", "occurred_at": "2023-04-23T12:00:00Z"}])
+    weight = await count(engine, "SELECT round(weight * 100) FROM memory_links WHERE from_unit_id = :a "
+                                 "AND link_type = 'temporal'", a=unit_id(alice, "near"))
+    assert weight == 50  # 12 h apart: max(0.3, 1 - 12/24)
+
+
+async def test_semantic_links_above_threshold(engine: Engine, bank: str) -> None:
+    await engine.retain(bank, [{"id": "a", "text": "The cat sat on the mat."},
+                               {"id": "b", "text": "A cat was sitting on the mat."},
+                               {"id": "c", "text": "Quarterly revenue grew by four percent."}])
+    rows = await count(engine, "SELECT count(*) FROM memory_links WHERE link_type = 'semantic' AND "
+                               "from_unit_id = ANY(:ids) AND weight >= 0.7", ids=[unit_id(bank, x) for x in "abc"])
+    assert rows == 2  # a<->b only
+
+
+async def test_hnsw_index_per_bank_and_type(engine: Engine, alice: str) -> None:
+    async with engine.db.connect() as conn:
+        iid = await conn.scalar(text("SELECT internal_id FROM banks WHERE bank_id = :b"), {"b": alice})
+        names = set((await conn.execute(text("SELECT indexname FROM pg_indexes WHERE indexname LIKE :p"),
+                                        {"p": f"idx_mu_emb_%_{str(iid).replace('-', '')[:16]}"})).scalars())
+    suffix = str(iid).replace("-", "")[:16]
+    assert names == {f"idx_mu_emb_{t}_{suffix}" for t in ("worl", "expr", "obsv")}
+
+
+async def test_hostile_bank_ids_are_stored_safely(engine: Engine) -> None:
+    bank = "o'reilly; DROP TABLE banks; --"
+    await engine.retain(bank, [{"id": "x", "text": "Quotes in bank names are fine."}])
+    assert (await engine.recall(bank, "quotes bank names"))["results"][0]["id"] == "x"
+
+
+def test_locomo_file_parses_as_it_is() -> None:
+    if not LOCOMO.exists():
+        pytest.skip(f"{LOCOMO} is not beside the repository")
+    parsed = list(read_jsonl(LOCOMO))
+    assert len(parsed) == 2760 and len({b for b, _, _ in parsed}) == 5
+
+
+async def test_locomo_bank_retains(engine: Engine, bank: str) -> None:
+    if not LOCOMO.exists():
+        pytest.skip(f"{LOCOMO} is not beside the repository")
+    lines = [json.loads(x) for x in LOCOMO.read_text().splitlines()[:120]]
+    for line in lines:
+        line.pop("bank")
+    stats = await engine.retain(bank, lines)
+    assert stats.memories == 120 and stats.links > 0
+    assert await count(engine, "SELECT count(DISTINCT chunk_id) FROM memory_units WHERE bank_id = :b", b=bank) >= 3
