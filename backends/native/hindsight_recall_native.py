@@ -7,15 +7,13 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hindsight_recall.hookspecs import hookimpl
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hindsight_recall.hookspecs import hookimpl
-
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from hindsight_recall.settings import Settings
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -7,16 +7,14 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hindsight_recall.errors import ConfigError
+from hindsight_recall.hookspecs import hookimpl
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hindsight_recall.errors import ConfigError
-from hindsight_recall.hookspecs import hookimpl
-
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from hindsight_recall.settings import Settings
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 INDEX = "idx_memory_units_text_search"
 VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_TOKENIZER"

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 from hindsight_recall.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from hindsight_recall.settings import Settings
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 INDEX = "idx_memory_units_text_search"
 

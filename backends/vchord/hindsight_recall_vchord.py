@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 from hindsight_recall.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from hindsight_recall.settings import Settings
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 #: The pg_tokenizer tokenizer (and pre-trained model) both the documents and the queries go through.
 TOKENIZER = "llmlingua2"

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from hindsight_recall.errors import MissingSetting
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import RerankAPI, RerankHTTP
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from hindsight_recall.settings import Settings

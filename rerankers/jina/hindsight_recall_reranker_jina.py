@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from hindsight_recall.errors import MissingSetting
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import RerankAPI, RerankHTTP
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
@@ -49,7 +48,9 @@ class JinaReranker:
         if not key:
             raise MissingSetting("HINDSIGHT_API_RERANKER_JINA_API_KEY", "the Jina AI API key")
         if not self.config.base_url:
-            raise MissingSetting("HINDSIGHT_API_RERANKER_JINA_BASE_URL", "the API's base URL, e.g. https://api.jina.ai")
+            raise MissingSetting(
+                "HINDSIGHT_API_RERANKER_JINA_BASE_URL", "the API's base URL, e.g. https://api.jina.ai"
+            )
         self._http = RerankHTTP(
             replace(API, extra={"model": self.config.model, **API.extra}),
             f"{self.config.base_url.rstrip('/')}/v1/rerank",

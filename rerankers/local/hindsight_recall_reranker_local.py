@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from hindsight_recall.errors import RerankerError
 from hindsight_recall.hookspecs import Register, hookimpl
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
@@ -93,7 +92,10 @@ class LocalReranker:
         loop = asyncio.get_running_loop()
         pool = shared_pool(self.config.max_concurrent)
         parts = await asyncio.gather(
-            *(loop.run_in_executor(pool, _predict, model, [(query, documents[i]) for i in b]) for b in batches)
+            *(
+                loop.run_in_executor(pool, _predict, model, [(query, documents[i]) for i in b])
+                for b in batches
+            )
         )
         scores = [0.0] * len(documents)
         for batch, part in zip(batches, parts, strict=True):
@@ -123,7 +125,9 @@ class LocalReranker:
             import torch
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            raise RerankerError(f"the local reranker needs sentence-transformers and torch: {INSTALL}") from exc
+            raise RerankerError(
+                f"the local reranker needs sentence-transformers and torch: {INSTALL}"
+            ) from exc
         self.device = _pick_device(torch, self.config)
         try:
             return CrossEncoder(

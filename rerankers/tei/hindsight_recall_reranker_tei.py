@@ -6,18 +6,19 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from hindsight_recall.errors import MissingSetting, RerankerError, RerankerHTTPError
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import RerankAPI, RerankHTTP, RetryPolicy
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
 
 #: ``{"query", "texts", "return_text": false}`` -> ``[{"index", "score"}]``.
-API = RerankAPI(provider="tei", documents_key="texts", extra={"return_text": False}, results_key=None, score_key="score")
+API = RerankAPI(
+    provider="tei", documents_key="texts", extra={"return_text": False}, results_key=None, score_key="score"
+)
 #: A self-hosted TEI sheds load with 429/503 and restarts in seconds, so it gets retries (SPEC §9.2).
 RETRY = RetryPolicy(retries=3, base_delay=0.5, max_delay=5.0, jitter=0.5)
 
@@ -49,7 +50,9 @@ class TEIReranker:
         """
         self.config = config or TEISettings()
         if not self.config.url:
-            raise MissingSetting("HINDSIGHT_API_RERANKER_TEI_URL", "the TEI server's base URL, e.g. http://localhost:8080")
+            raise MissingSetting(
+                "HINDSIGHT_API_RERANKER_TEI_URL", "the TEI server's base URL, e.g. http://localhost:8080"
+            )
         self.base_url = self.config.url.rstrip("/")
         self.init_timeout = settings.model_init_timeout if settings else 300.0
         self.model_id: str | None = None
@@ -70,11 +73,14 @@ class TEIReranker:
             info = await asyncio.wait_for(self._http.request("GET", url), self.init_timeout)
         except TimeoutError:
             raise RerankerError(
-                f"tei: GET {url} did not answer within HINDSIGHT_API_MODEL_INIT_TIMEOUT={self.init_timeout:g} s"
+                f"tei: GET {url} did not answer within "
+                f"HINDSIGHT_API_MODEL_INIT_TIMEOUT={self.init_timeout:g} s"
             ) from None
         model_id = info.get("model_id") if isinstance(info, dict) else None
         if not isinstance(model_id, str):
-            raise RerankerHTTPError(f"tei: GET {url}: malformed body, expected an object with a string 'model_id'")
+            raise RerankerHTTPError(
+                f"tei: GET {url}: malformed body, expected an object with a string 'model_id'"
+            )
         self.model_id = model_id
 
     async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:

@@ -8,17 +8,19 @@ from importlib import metadata
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-from pydantic import ValidationError
-
 import hindsight_recall_native as native
+import pytest
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_native import NativeBackend, NativeSettings
+from pydantic import ValidationError
 
 COLUMNS = "id, text, fact_type"
-WHERE = "bank_id = :bank_id AND fact_type = 'world' AND ((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+WHERE = (
+    "bank_id = :bank_id AND fact_type = 'world' AND "
+    "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+)
 TSQUERY = "to_tsquery('english'::regconfig, :query_text)"
 ARM = (
     f"(SELECT id, text, fact_type, ts_rank_cd(search_vector, {TSQUERY}) AS bm25_score FROM memory_units "
@@ -51,9 +53,12 @@ def statements(b: NativeBackend) -> list[str]:
         *b.session_statements(),
         f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
         *b.index_statements(),
-        f"INSERT INTO memory_units (id, search_vector) SELECT id, {b.write_expression('document')} FROM stage_units",
+        f"INSERT INTO memory_units (id, search_vector) "
+        f"SELECT id, {b.write_expression('document')} FROM stage_units",
         b.arm_sql(columns=COLUMNS, where=WHERE),
-        " UNION ALL ".join(b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")),
+        " UNION ALL ".join(
+            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
+        ),
         native._TERM_FREQUENCIES,
     ]
 

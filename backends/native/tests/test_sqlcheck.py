@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from hindsight_recall.testing.sqlcheck import bind_to_positional, parse_statement
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-import pytest
-
 import hindsight_recall_pg_textsearch as pg_textsearch
+import pytest
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_pg_textsearch import PgTextsearchBackend
 
 COLUMNS = "id, text, fact_type"
-WHERE = "bank_id = :bank_id AND fact_type = 'world' AND ((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+WHERE = (
+    "bank_id = :bank_id AND fact_type = 'world' AND "
+    "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+)
 DISTANCE = "text <@> to_bm25query(:query_text, 'idx_memory_units_text_search')"
 ARM = (
     f"(SELECT * FROM (SELECT id, text, fact_type, -({DISTANCE}) AS bm25_score FROM memory_units "
@@ -30,9 +32,12 @@ def statements(b: PgTextsearchBackend) -> list[str]:
         *b.session_statements(),
         f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
         *b.index_statements(),
-        f"INSERT INTO memory_units (id, search_vector) SELECT id, {b.write_expression('document')} FROM stage_units",
+        f"INSERT INTO memory_units (id, search_vector) "
+        f"SELECT id, {b.write_expression('document')} FROM stage_units",
         b.arm_sql(columns=COLUMNS, where=WHERE),
-        " UNION ALL ".join(b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")),
+        " UNION ALL ".join(
+            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
+        ),
     ]
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-import pytest
-
 import hindsight_recall_pgroonga as pgroonga
+import pytest
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_pgroonga import PgroongaBackend
 
 COLUMNS = "id, text, fact_type"
-WHERE = "bank_id = :bank_id AND fact_type = 'world' AND ((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+WHERE = (
+    "bank_id = :bank_id AND fact_type = 'world' AND "
+    "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+)
 DOCUMENT = "COALESCE(text, '') || ' ' || COALESCE(context, '') || ' ' || COALESCE(text_signals, '')"
 INDEX = (
     f"CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units USING pgroonga (({DOCUMENT})) "
@@ -35,9 +37,12 @@ def statements(b: PgroongaBackend) -> list[str]:
         *b.session_statements(),
         f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
         *b.index_statements(),
-        f"INSERT INTO memory_units (id, search_vector) SELECT id, {b.write_expression('document')} FROM stage_units",
+        f"INSERT INTO memory_units (id, search_vector) "
+        f"SELECT id, {b.write_expression('document')} FROM stage_units",
         b.arm_sql(columns=COLUMNS, where=WHERE),
-        " UNION ALL ".join(b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")),
+        " UNION ALL ".join(
+            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
+        ),
     ]
 
 

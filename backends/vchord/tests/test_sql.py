@@ -5,16 +5,18 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-import pytest
-
 import hindsight_recall_vchord as vchord
+import pytest
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_vchord import VchordBackend
 
 COLUMNS = "id, text, fact_type"
-WHERE = "bank_id = :bank_id AND fact_type = 'world' AND ((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+WHERE = (
+    "bank_id = :bank_id AND fact_type = 'world' AND "
+    "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+)
 SCORE = (
     "-(search_vector OPERATOR(bm25_catalog.<&>) bm25_catalog.to_bm25query('idx_memory_units_text_search', "
     "tokenizer_catalog.tokenize(:query_text, 'llmlingua2')))"
@@ -39,9 +41,12 @@ def statements(b: VchordBackend) -> list[str]:
         *b.session_statements(),
         f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
         *b.index_statements(),
-        f"INSERT INTO memory_units (id, search_vector) SELECT id, {b.write_expression('document')} FROM stage_units",
+        f"INSERT INTO memory_units (id, search_vector) "
+        f"SELECT id, {b.write_expression('document')} FROM stage_units",
         b.arm_sql(columns=COLUMNS, where=WHERE),
-        " UNION ALL ".join(b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")),
+        " UNION ALL ".join(
+            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
+        ),
     ]
 
 
@@ -57,7 +62,7 @@ def test_satisfies_protocol_and_entry_point() -> None:
 
 
 def test_golden_statements() -> None:
-    b = VchordBackend(Settings())
+    b = VchordBackend(Settings(database_schema="public"))
     assert b.install_statements() == (
         "CREATE EXTENSION IF NOT EXISTS pg_tokenizer CASCADE",
         "CREATE EXTENSION IF NOT EXISTS vchord_bm25 CASCADE",

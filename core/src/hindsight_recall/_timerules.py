@@ -336,3 +336,307 @@ def season_occurrence(season: int, offset: int | None, ctx: Ctx) -> Span:
     near = [s for s in spans if s[0].year in (today.year - 1, today.year)]
     return min(near, key=lambda s: 0 if s[0] <= today <= s[1] else min(abs((s[0] - today).days),
                                                                          abs((s[1] - today).days)))
+
+
+# ---- rules ---------------------------------------------------------------------------------------
+
+Resolver = Callable[[re.Match[str], Ctx], "Span | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A compiled pattern and the function that turns one of its matches into a span."""
+
+    pattern: re.Pattern[str]
+    resolve: Resolver
+
+
+#: Words that are also everyday English; they only count next to a date-ish word.
+AMBIGUOUS = frozenset({"may", "march", "mar", "mars", "sat", "sun", "wed", "fall"})
+_MONTH = alt(MONTHS.values())
+_ART = r"(?:the|el|la|le|il|lo|der|die|das|dem|den)\s+|l['’]\s*"
+_DAY_BEFORE = re.compile(r"\d{1,2}(?:st|nd|rd|th|er|e|º|\.)?\s*(?:of|de|del|di)?\s*$")
+#: German words that make "hier" mean "here" rather than the French "yesterday".
+_GERMAN_HINT = re.compile(r"\b(?:ist|sind|wir|ich|und|das|der|nicht|haben|habe|wo|wer|bin|hat)\b")
+
+
+def _mods(lang: Lang) -> str:
+    return alt((lang.last, lang.this, lang.next))
+
+
+def _offset(lang: Lang, mod: str) -> int | None:
+    found = classify(mod, {-1: lang.last, 0: lang.this, 1: lang.next})
+    return found if isinstance(found, int) else None
+
+
+def _relative(lang: Lang, units: str, named: bool = True) -> str:
+    """``<modifier> <unit>`` (and ``<unit> <modifier>`` where the language allows it)."""
+    m1, u1, m2, u2 = ("?P<m1>", "?P<u1>", "?P<m2>", "?P<u2>") if named else ("?:",) * 4
+    pre = rf"({m1}{_mods(lang)})(?:\s+|(?<=['’]))({u1}{units})"
+    return rf"(?:{pre}|({u2}{units})\s+({m2}{_mods(lang)}))" if lang.post else pre
+
+
+_YEAR_REL = {code: re.compile(_relative(lang, lang.units["year"])) for code, lang in LANGS.items()}
+YEAR_REF = r"\d{4}|" + alt(_relative(lang, lang.units["year"], named=False) for lang in LANGS.values())
+
+
+def year_of(text: str | None, ctx: Ctx) -> int | None:
+    """The year a year reference ("2023", "last year", "el año pasado") points at, if plausible."""
+    if not text:
+        return None
+    if text.isdigit():
+        return int(text) if in_year_range(int(text), ctx) else None
+    for code, pattern in _YEAR_REL.items():
+        m = pattern.fullmatch(text)
+        offset = _offset(LANGS[code], m["m1"] or m["m2"]) if m else None
+        if offset is not None:
+            return ctx.today.year + offset
+    return None
+
+
+def _month_no(text: str) -> int:
+    found = classify(text, MONTHS)
+    assert isinstance(found, int)
+    return found
+
+
+def _quarter_half(m: re.Match[str], ctx: Ctx) -> Span | None:
+    year = year_of(m["yref"] or m["y"], ctx)
+    kind = classify(m["kind"], PERIOD_KINDS) if m["kind"] else ("quarter" if m["q"] else "half")
+    index = classify(m["ord"], ORDINALS) if m["ord"] else int(m["q"] or m["h"])
+    if year is None or not isinstance(index, int):
+        return None
+    size = 3 if kind == "quarter" else 6
+    index = 12 // size if index == -1 else index
+    return months_span(year, 1 + size * (index - 1), size) if 1 <= index <= 12 // size else None
+
+
+def _part(m: re.Match[str], ctx: Ctx) -> Span | None:
+    part = classify(m["part"], PARTS)
+    year = year_of(m["yref"], ctx)
+    if m["mon"]:
+        # "late may" without a year or "of" is too often the verb; demand one of them.
+        if m["mon"] in AMBIGUOUS and year is None and not m["conn"]:
+            return None
+        month = _month_no(m["mon"])
+        first, last = month_span(year, month) if year is not None else latest_month(month, ctx)
+        days = {"early": (1, 10), "mid": (11, 20), "late": (21, last.day)}[str(part)]
+        return first.replace(day=days[0]), first.replace(day=days[1])
+    if year is None:
+        return None
+    return months_span(year, {"early": 1, "mid": 5, "late": 9}[str(part)], 4)
+
+
+def _season_rule(lang: Lang) -> Rule:
+    mods = _mods(lang)
+    post = rf"(?:\s+(?P<m2>{mods}))?" if lang.post else ""
+    pattern = (rf"\b(?:(?P<p>{lang.preps})\s+)?(?:(?P<m1>{mods})\s+)?(?:{_ART})?"
+               rf"(?P<s>{alt(lang.seasons.values())})\b{post}"
+               rf"(?:\s*,?\s*(?:{_CONN}\s+)?(?P<y>\d{{4}})\b)?")
+
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        season = classify(m["s"], lang.seasons)
+        assert isinstance(season, int)
+        if m["y"]:
+            year = int(m["y"])
+            return season_span(year, season, ctx.southern) if in_year_range(year, ctx) else None
+        mod = m["m1"] or (m["m2"] if lang.post else None)
+        if mod:
+            return season_occurrence(season, _offset(lang, mod), ctx)
+        return season_occurrence(season, None, ctx) if m["p"] else None
+
+    return Rule(re.compile(pattern), resolve)
+
+
+def _relative_rule(lang: Lang) -> Rule:
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        unit, offset = classify(m["u1"] or m["u2"], lang.units), _offset(lang, m["m1"] or m["m2"])
+        return relative_span(str(unit), offset, ctx) if offset is not None else None
+
+    return Rule(re.compile(rf"\b{_relative(lang, alt(lang.units.values()))}\b"), resolve)
+
+
+def _few_ago_rule(lang: Lang) -> Rule:
+    units = {k: lang.counted[k] for k in ("day", "week", "month")}
+    pattern = lang.ago.format(q=f"(?P<q>{alt(lang.few.values())})", u=f"(?P<u>{alt(units.values())})")
+
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        back = _FEW_AGO[(str(classify(m["q"], lang.few)), str(classify(m["u"], units)))]
+        return ctx.today - timedelta(days=back[0]), ctx.today - timedelta(days=back[1])
+
+    return Rule(re.compile(rf"\b{pattern}\b"), resolve)
+
+
+def _rolling_rule(lang: Lang) -> Rule:
+    number = rf"(?P<n>\d{{1,3}}|{'|'.join(_EN_NUMBERS)})"
+    pattern = lang.rolling.format(n=number, u=f"(?P<u>{alt(lang.counted.values())})")
+    if lang is LANGS["en"]:
+        pattern = rf"(?:{pattern}|past\s+(?P<u1>week|month|year))"
+
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        n = int(m["n"]) if m["n"] and m["n"].isdigit() else _EN_NUMBERS.get(m["n"] or "one", 1)
+        unit = classify(m["u"], lang.counted) if m["u"] else m["u1"]
+        if n < 1:
+            return None
+        if unit in ("day", "week"):
+            return ctx.today - timedelta(days=n * (7 if unit == "week" else 1)), ctx.today
+        year, month = add_months(ctx.today.year, ctx.today.month, -n * (12 if unit == "year" else 1))
+        day = min(ctx.today.day, calendar.monthrange(year, month)[1]) if year >= 1 else 0
+        return (date(year, month, day), ctx.today) if year >= 1 else None
+
+    return Rule(re.compile(rf"\b{pattern}\b"), resolve)
+
+
+def _days(m: re.Match[str], ctx: Ctx) -> Span | None:
+    if m["d1"] == "hier" and _GERMAN_HINT.search(m.string):
+        return None
+    day = ctx.today - timedelta(days=2 if m["d2"] else 1 if m["d1"] else 0)
+    return day, day
+
+
+def _month_year(m: re.Match[str], ctx: Ctx) -> Span | None:
+    year = int(m["y"])
+    if year < 1 or _DAY_BEFORE.search(m.string, max(0, m.start() - 16), m.start()):
+        return None
+    return month_span(year, _month_no(m["mon"]))
+
+
+def _year(m: re.Match[str], ctx: Ctx) -> Span | None:
+    return year_span(int(m["y"])) if in_year_range(int(m["y"]), ctx) else None
+
+
+def _bare_month(m: re.Match[str], ctx: Ctx) -> Span | None:
+    return latest_month(_month_no(m["mon"]), ctx)
+
+
+def _full_date(m: re.Match[str], ctx: Ctx) -> Span | None:
+    month = int(m["m"]) if m["m"] else _month_no(m["mon"])
+    day = int(m["d"])
+    years = [int(m["y"])] if m["y"] else [ctx.today.year, ctx.today.year - 1]
+    for year in years:
+        try:
+            found = date(year, month, day)
+        except ValueError:
+            return None
+        # Without a year, the most recent such day that is not after the reference.
+        if m["y"] or found <= ctx.today:
+            return found, found
+    return None
+
+
+def _range_rule(lang: Lang) -> Rule:
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        anchor = match_anchor(m.string, m.end(), ctx)
+        if anchor is None:
+            return None
+        (first, last), _ = anchor
+        kind = classify(m["kind"], lang.ranges)
+        future_end = date(ctx.today.year + FUTURE_YEARS, 12, 31)
+        if kind == "before":
+            span = open_start(ctx), first - timedelta(days=1)
+        elif kind == "until":
+            span = open_start(ctx), last
+        else:
+            start = last + timedelta(days=1) if kind == "after" else first
+            # An anchor after the reference still gets a window, reaching into the future.
+            span = start, ctx.today if start <= ctx.today else future_end
+        return span if span[0] <= span[1] else None
+
+    return Rule(re.compile(rf"\b(?P<kind>{alt(lang.ranges.values())})\s+"), resolve)
+
+
+def _between_rule(opener: str, joiner: str) -> Rule:
+    join = re.compile(rf"\s*(?:-|–|\s(?:{joiner}))\s*")
+
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        first = match_anchor(m.string, m.end(), ctx)
+        glue = join.match(m.string, first[1]) if first else None
+        second = match_anchor(m.string, glue.end(), ctx) if first and glue else None
+        if first is None or second is None or first[0][0] > second[0][1]:
+            return None
+        return first[0][0], second[0][1]
+
+    return Rule(re.compile(rf"\b(?:{opener})\s+"), resolve)
+
+
+_YEAR_TAIL = r"\b(?!\s*[-/.:]\s*\d)"
+_YEAR_WORDS = (r"in|during|throughout|within|year|en|durante|a[ñn]o|nel|nell['’]anno|anno|pendant|durant"
+               r"|ann[ée]e|im|während|jahre?s?|в|во|году?")
+_FILLER = r"the|year|of|whole|entire|all|calendar|el|del|de|a[ñn]o|anno|l['’]anno|ann[ée]e|jahre?s?|das|des"
+_MONTH_PREPS = "|".join(sorted({p for lang in LANGS.values() for p in lang.preps.split("|")}))
+
+QUARTER_HALF = (
+    Rule(re.compile(rf"\b(?:the\s+)?(?P<ord>{alt(ORDINALS.values())})\s+(?P<kind>{alt(PERIOD_KINDS.values())})"
+                    rf"(?:\s+(?:{_CONN}|year|a[ñn]o|anno|ann[ée]e|jahres))*\s*,?\s*(?P<yref>{YEAR_REF})"
+                    rf"(?P<q>)?(?P<h>)?(?P<y>)?\b"), _quarter_half),
+    Rule(re.compile(rf"\b(?:q(?P<q>[1-4])|h(?P<h>[12]))\s*(?:,|of|de|del)?\s*(?P<yref>{YEAR_REF})"
+                    rf"(?P<ord>)?(?P<kind>)?(?P<y>)?\b"), _quarter_half),
+    Rule(re.compile(r"\b(?P<y>\d{4})\s*[-/]?\s*(?:q(?P<q>[1-4])|h(?P<h>[12]))\b(?P<ord>)?(?P<kind>)?(?P<yref>)?"),
+         _quarter_half),
+)
+PART_RULE = Rule(re.compile(
+    rf"\b(?P<part>{alt(PARTS.values())})(?:\s*-\s*|\s+)(?P<conn>(?:{_CONN}\s+){{0,2}})"
+    rf"(?:(?P<mon>{_MONTH})\b\.?(?:\s*,?\s*(?:{_CONN}\s+)?)?)?(?:(?P<yref>{YEAR_REF}){_YEAR_TAIL})?"), _part)
+DAY_RULE = Rule(re.compile(rf"\b(?:(?P<d2>{DAY_WORDS[-2]})|(?P<d1>{DAY_WORDS[-1]})|(?P<d0>{DAY_WORDS[0]}))\b"),
+                _days)
+MONTH_YEAR = Rule(re.compile(rf"\b(?P<mon>{_MONTH})\.?(?:\s*,\s*|\s+(?:of|de|del|di)\s+|\s+)(?P<y>\d{{4}})"
+                             rf"{_YEAR_TAIL}"), _month_year)
+YEAR_CONTEXT = Rule(re.compile(rf"\b(?:{_YEAR_WORDS})\s+(?:(?:{_FILLER})\s+){{0,3}}(?P<y>\d{{4}})"
+                               rf"(?:\s+(?:год[ау]?|г\.))?{_YEAR_TAIL}"), _year)
+PREP_MONTH = Rule(re.compile(rf"\b(?:{_MONTH_PREPS})\s+(?:the\s+month\s+of\s+|mois\s+de\s+)?"
+                             rf"(?P<mon>{_MONTH})\b(?!\s*[,.]?\s*\d)"), _bare_month)
+ANCHORS: tuple[Rule, ...] = (
+    PART_RULE, *QUARTER_HALF, *(_season_rule(lang) for lang in LANGS.values()), DAY_RULE,
+    *(_relative_rule(lang) for lang in LANGS.values()),
+    Rule(re.compile(r"(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b(?P<mon>)?"), _full_date),
+    Rule(re.compile(rf"(?P<mon>{_MONTH})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<y>\d{{4}})\b)?"
+                    r"(?P<m>)?"), _full_date),
+    Rule(re.compile(rf"(?P<d>\d{{1,2}})(?:st|nd|rd|th|er|\.)?\s+(?:of\s+|de\s+)?(?P<mon>{_MONTH})\b"
+                    r"(?:,?\s+(?:de\s+)?(?P<y>\d{4})\b)?(?P<m>)?"), _full_date),
+    MONTH_YEAR,
+    Rule(re.compile(rf"(?P<mon>{_MONTH})\b"), _bare_month),
+    Rule(re.compile(rf"(?P<y>\d{{4}}){_YEAR_TAIL}"), _year),
+)
+_ANCHOR_ARTICLE = re.compile(rf"(?:{_ART})?")
+
+RULES: tuple[Rule, ...] = (
+    *(_between_rule(o, j) for lang in LANGS.values() for o, j in lang.between),
+    *(_range_rule(lang) for lang in LANGS.values()),
+    *QUARTER_HALF, PART_RULE, *(_season_rule(lang) for lang in LANGS.values()),
+    *(_rolling_rule(lang) for lang in LANGS.values()), DAY_RULE,
+    *(_few_ago_rule(lang) for lang in LANGS.values()),
+    *(_relative_rule(lang) for lang in LANGS.values()),
+    MONTH_YEAR, YEAR_CONTEXT, PREP_MONTH,
+)
+
+
+def match_anchor(text: str, pos: int, ctx: Ctx) -> tuple[Span, int] | None:
+    """Resolve the date expression that starts at ``pos`` (after "before", "since", …).
+
+    :param text: the normalised query.
+    :param pos: where the expression starts.
+    :param ctx: the resolution context.
+    """
+    article = _ANCHOR_ARTICLE.match(text, pos)
+    pos = article.end() if article else pos
+    for rule in ANCHORS:
+        m = rule.pattern.match(text, pos)
+        span = rule.resolve(m, ctx) if m else None
+        if m and span:
+            return span, m.end()
+    return None
+
+
+def find_span(text: str, ctx: Ctx, rules: Iterable[Rule] = RULES) -> Span | None:
+    """Apply the rules in priority order; the first match that resolves wins.
+
+    :param text: the normalised query.
+    :param ctx: the resolution context.
+    :param rules: the rules to try, in order.
+    """
+    for rule in rules:
+        for m in rule.pattern.finditer(text):
+            span = rule.resolve(m, ctx)
+            if span is not None:
+                return span
+    return None

@@ -230,7 +230,9 @@ class RerankHTTP:
                 await asyncio.sleep(self.retry.delay(attempt, None, self.timeout))
                 continue
             except httpx.HTTPError as exc:
-                raise RerankerHTTPError(f"{where} failed: {exc!r}; check the URL and that the server runs") from exc
+                raise RerankerHTTPError(
+                    f"{where} failed: {exc!r}; check the URL and that the server runs"
+                ) from exc
             if response.is_success:
                 return _decode(response, where)
             if last or not self.retry.retry_status(response.status_code):

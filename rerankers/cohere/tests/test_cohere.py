@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from hindsight_recall_reranker_cohere import DEFAULT_URL, CohereReranker, CohereSettings, register_rerankers
-from pydantic import SecretStr
-
 from hindsight_recall.errors import MissingSetting, RerankerHTTPError
 from hindsight_recall.protocols import Reranker
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply, cohere_routes
+from hindsight_recall_reranker_cohere import DEFAULT_URL, CohereReranker, CohereSettings, register_rerankers
+from pydantic import SecretStr
 
 API_KEY = "test-cohere-key"
 QUERY = "quick brown fox"
@@ -20,7 +21,11 @@ DOCS = ["a lazy dog", "the quick brown fox", "a brown fox", "nothing here"]
 
 
 def make(server: FixtureServer, settings: Settings | None = None, **config: object) -> CohereReranker:
-    values: dict[str, object] = {"api_key": SecretStr(API_KEY), "base_url": f"{server.url}/v2/rerank", **config}
+    values: dict[str, object] = {
+        "api_key": SecretStr(API_KEY),
+        "base_url": f"{server.url}/v2/rerank",
+        **config,
+    }
     return CohereReranker(settings or Settings(), CohereSettings(**values))
 
 
@@ -75,7 +80,8 @@ async def test_wrong_key_is_reported(cohere_server: FixtureServer) -> None:
 
 
 @pytest.mark.parametrize(
-    "reply", [Reply(429, {"message": "slow down"}, headers={"Retry-After": "1"}), Reply(503, {"message": "down"})]
+    "reply",
+    [Reply(429, {"message": "slow down"}, headers={"Retry-After": "1"}), Reply(503, {"message": "down"})],
 )
 async def test_no_retries(cohere_server: FixtureServer, reply: Reply) -> None:
     cohere_server.script("POST", "/v2/rerank", reply)
@@ -104,7 +110,9 @@ async def test_timeout(cohere_server: FixtureServer) -> None:
         (Reply(body={"results": [{"index": 0, "relevance_score": 0.5}] * 3}), "sent 4 documents but got 3"),
     ],
 )
-async def test_bad_bodies_raise_clear_errors(cohere_server: FixtureServer, reply: Reply, message: str) -> None:
+async def test_bad_bodies_raise_clear_errors(
+    cohere_server: FixtureServer, reply: Reply, message: str
+) -> None:
     cohere_server.script("POST", "/v2/rerank", reply)
     reranker = make(cohere_server)
     with pytest.raises(RerankerHTTPError, match=message):
@@ -146,3 +154,12 @@ def test_registers_a_reranker_class() -> None:
     assert registered == [CohereReranker]
     assert isinstance(CohereReranker, Reranker)
     assert CohereReranker.name == "cohere" and CohereReranker.passthrough is False
+
+
+def test_import_is_cheap() -> None:
+    code = (
+        "import sys, hindsight_recall_reranker_cohere; "
+        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

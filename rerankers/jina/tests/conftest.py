@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from hindsight_recall.testing.http_server import FixtureServer, jina_routes
 
 API_KEY = "test-jina-key"

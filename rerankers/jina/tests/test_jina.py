@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from hindsight_recall_reranker_jina import JinaReranker, JinaSettings, register_rerankers
-from pydantic import SecretStr
-
 from hindsight_recall.errors import MissingSetting, RerankerHTTPError
 from hindsight_recall.protocols import Reranker
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply, jina_routes
+from hindsight_recall_reranker_jina import JinaReranker, JinaSettings, register_rerankers
+from pydantic import SecretStr
 
 API_KEY = "test-jina-key"
 QUERY = "quick brown fox"
@@ -80,7 +81,8 @@ async def test_wrong_key_is_reported(jina_server: FixtureServer) -> None:
 
 
 @pytest.mark.parametrize(
-    "reply", [Reply(429, {"detail": "rate limited"}, headers={"Retry-After": "1"}), Reply(503, {"detail": "down"})]
+    "reply",
+    [Reply(429, {"detail": "rate limited"}, headers={"Retry-After": "1"}), Reply(503, {"detail": "down"})],
 )
 async def test_no_retries(jina_server: FixtureServer, reply: Reply) -> None:
     jina_server.script("POST", "/v1/rerank", reply)
@@ -133,7 +135,9 @@ def test_settings_defaults_and_prefix() -> None:
     config = JinaSettings(api_key=SecretStr("secret-value"))
     assert JinaSettings.model_config["env_prefix"] == "HINDSIGHT_API_RERANKER_JINA_"
     assert (config.model, config.base_url, config.timeout) == (
-        "jina-reranker-v2-base-multilingual", "https://api.jina.ai", 60,
+        "jina-reranker-v2-base-multilingual",
+        "https://api.jina.ai",
+        60,
     )
     assert "secret-value" not in repr(config)
     reranker = JinaReranker(None, config)
@@ -159,3 +163,12 @@ def test_registers_a_reranker_class() -> None:
     assert registered == [JinaReranker]
     assert isinstance(JinaReranker, Reranker)
     assert JinaReranker.name == "jina" and JinaReranker.passthrough is False
+
+
+def test_import_is_cheap() -> None:
+    code = (
+        "import sys, hindsight_recall_reranker_jina; "
+        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from hindsight_recall.testing.models import build_tiny_cross_encoder
 
 

@@ -13,6 +13,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hindsight_recall.errors import RerankerError
+from hindsight_recall.protocols import Reranker
+from hindsight_recall.settings import Settings
 from hindsight_recall_reranker_local import (
     LocalReranker,
     LocalSettings,
@@ -20,10 +23,6 @@ from hindsight_recall_reranker_local import (
     register_rerankers,
     shared_pool,
 )
-
-from hindsight_recall.errors import RerankerError
-from hindsight_recall.protocols import Reranker
-from hindsight_recall.settings import Settings
 
 QUERY = "where did the fox go"
 DOCS = [f"the fox went to place number {i}" + " and further" * (i % 9) for i in range(300)]
@@ -214,7 +213,10 @@ def test_settings_read_their_variables(tmp_path: Path) -> None:
 
 
 def test_import_is_cheap() -> None:
-    code = "import sys, hindsight_recall_reranker_local; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    code = (
+        "import sys, hindsight_recall_reranker_local; "
+        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

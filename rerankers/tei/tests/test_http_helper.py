@@ -8,7 +8,6 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
-
 from hindsight_recall.errors import RerankerHTTPError
 from hindsight_recall.http import NO_RETRY, RerankAPI, RetryPolicy, _retry_after
 
@@ -37,12 +36,18 @@ def test_retry_after_wins_when_larger() -> None:
 
 def test_retryable_statuses() -> None:
     assert [s for s in (200, 400, 401, 404, 413, 422, 429, 500, 502, 503, 504) if POLICY.retry_status(s)] == [
-        429, 500, 502, 503, 504,
+        429,
+        500,
+        502,
+        503,
+        504,
     ]
     assert NO_RETRY.retries == 0
 
 
-@pytest.mark.parametrize(("value", "expected"), [("2", 2.0), ("0.5", 0.5), ("-3", 0.0), ("soon", None), ("", None)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("2", 2.0), ("0.5", 0.5), ("-3", 0.0), ("soon", None), ("", None)]
+)
 def test_retry_after_seconds(value: str, expected: float | None) -> None:
     assert _retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected
 
@@ -60,15 +65,25 @@ def test_request_body_from_declared_data() -> None:
 
 def test_scores_map_back_by_index() -> None:
     api = RerankAPI(provider="x")
-    payload = {"results": [{"index": 2, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.1},
-                           {"index": 1, "relevance_score": 5}]}
+    payload = {
+        "results": [
+            {"index": 2, "relevance_score": 0.9},
+            {"index": 0, "relevance_score": 0.1},
+            {"index": 1, "relevance_score": 5},
+        ]
+    }
     assert api.scores(payload, 3, "x: POST u") == [0.1, 5.0, 0.9]
 
 
 @pytest.mark.parametrize(
     "payload",
-    [[{"index": 0, "relevance_score": 1.0}], {"results": None}, {"results": [{"index": True, "relevance_score": 1}]},
-     {"results": [{"index": 0, "relevance_score": True}]}, {"results": [{"index": "0", "relevance_score": 1}]}],
+    [
+        [{"index": 0, "relevance_score": 1.0}],
+        {"results": None},
+        {"results": [{"index": True, "relevance_score": 1}]},
+        {"results": [{"index": 0, "relevance_score": True}]},
+        {"results": [{"index": "0", "relevance_score": 1}]},
+    ],
 )
 def test_malformed_results_are_rejected(payload: object) -> None:
     with pytest.raises(RerankerHTTPError, match="x: POST u: malformed"):

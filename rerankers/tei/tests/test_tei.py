@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from hindsight_recall_reranker_tei import RETRY, TEIReranker, TEISettings, register_rerankers
-
 from hindsight_recall.errors import MissingSetting, RerankerError, RerankerHTTPError
 from hindsight_recall.protocols import Reranker
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply, tei_routes
+from hindsight_recall_reranker_tei import RETRY, TEIReranker, TEISettings, register_rerankers
 
 QUERY = "quick brown fox"
 DOCS = ["a lazy dog", "the quick brown fox", "a brown fox", "nothing here"]
@@ -242,7 +243,12 @@ def test_settings_read_their_variables(tmp_path: Path) -> None:
         "HINDSIGHT_API_RERANKER_TEI_MAX_CONCURRENT=2\nHINDSIGHT_API_RERANKER_TEI_HTTP_TIMEOUT=5\n"
     )
     config = TEISettings(_env_file=env)  # type: ignore[call-arg]
-    assert config.model_dump() == {"url": "http://tei", "batch_size": 64, "max_concurrent": 2, "http_timeout": 5}
+    assert config.model_dump() == {
+        "url": "http://tei",
+        "batch_size": 64,
+        "max_concurrent": 2,
+        "http_timeout": 5,
+    }
 
 
 def test_registers_a_reranker_class() -> None:
@@ -251,3 +257,12 @@ def test_registers_a_reranker_class() -> None:
     assert registered == [TEIReranker]
     assert isinstance(TEIReranker, Reranker)
     assert TEIReranker.name == "tei" and TEIReranker.passthrough is False
+
+
+def test_import_is_cheap() -> None:
+    code = (
+        "import sys, hindsight_recall_reranker_tei; "
+        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

@@ -230,7 +230,9 @@ def tei_routes(*, score: Scorer = overlap_score, model_id: str = "fixture/tiny-r
     """
 
     def info(request: Request) -> Reply:
-        return Reply(body={"model_id": model_id, "model_type": {"reranker": {}}, "max_client_batch_size": 512})
+        return Reply(
+            body={"model_id": model_id, "model_type": {"reranker": {}}, "max_client_batch_size": 512}
+        )
 
     def rerank(request: Request) -> Reply:
         if problem := _invalid(request.body, "texts", None):
@@ -242,7 +244,9 @@ def tei_routes(*, score: Scorer = overlap_score, model_id: str = "fixture/tiny-r
     return {("GET", "/info"): info, ("POST", "/rerank"): rerank}
 
 
-def cohere_routes(*, api_key: str | None = None, score: Scorer = overlap_score, path: str = "/v2/rerank") -> Routes:
+def cohere_routes(
+    *, api_key: str | None = None, score: Scorer = overlap_score, path: str = "/v2/rerank"
+) -> Routes:
     """Cohere v2: ``POST /v2/rerank`` -> ``{"results": [{"index", "relevance_score"}]}``; strict fields.
 
     :param api_key: the Bearer token to require, or ``None`` for none.
@@ -262,12 +266,16 @@ def cohere_routes(*, api_key: str | None = None, score: Scorer = overlap_score, 
         body = request.body
         ranked = _ranked(body["query"], body["documents"], score, body.get("top_n"))
         results = [{"index": i, "relevance_score": s} for i, s in ranked]
-        return Reply(body={"id": "fixture", "results": results, "meta": {"billed_units": {"search_units": 1}}})
+        return Reply(
+            body={"id": "fixture", "results": results, "meta": {"billed_units": {"search_units": 1}}}
+        )
 
     return {("POST", path): rerank}
 
 
-def jina_routes(*, api_key: str | None = None, score: Scorer = overlap_score, path: str = "/v1/rerank") -> Routes:
+def jina_routes(
+    *, api_key: str | None = None, score: Scorer = overlap_score, path: str = "/v1/rerank"
+) -> Routes:
     """Jina: ``POST /v1/rerank`` -> ``{"model", "usage", "results": [{"index", "relevance_score"}]}``.
 
     :param api_key: the Bearer token to require, or ``None`` for none.

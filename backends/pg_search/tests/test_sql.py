@@ -1,0 +1,199 @@
+"""Golden SQL, tokenizer-setting and query-text tests for the pg_search (ParadeDB) backend."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import hindsight_recall_pg_search as pg_search
+import pytest
+from hindsight_recall.errors import ConfigError
+from hindsight_recall.protocols import TextSearchBackend
+from hindsight_recall.settings import Settings
+from hindsight_recall.testing.sqlcheck import parse_statement
+from hindsight_recall_pg_search import PgSearchBackend, PgSearchSettings, parse_tokenizer
+from pydantic import ValidationError
+
+VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_TOKENIZER"
+COLUMNS = "id, text, fact_type"
+WHERE = (
+    "bank_id = :bank_id AND fact_type = 'world' AND "
+    "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
+)
+MATCH = (
+    "id @@@ paradedb.boolean(should => ARRAY[paradedb.match('text', :query_text), "
+    "paradedb.match('context', :query_text), paradedb.match('text_signals', :query_text)])"
+)
+ARM = (
+    "(SELECT * FROM (SELECT id, text, fact_type, paradedb.score(id) AS bm25_score FROM memory_units "
+    f"WHERE {WHERE} AND {MATCH} ORDER BY bm25_score DESC, id LIMIT :limit) AS pg_search_hits "
+    "WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
+)
+
+
+def backend(tokenizer: str = "", **settings: Any) -> PgSearchBackend:
+    return PgSearchBackend(Settings(**settings), PgSearchSettings(tokenizer=tokenizer))
+
+
+def statements(b: PgSearchBackend) -> list[str]:
+    """Every statement the backend contributes, embedded the way core runs it."""
+    return [
+        *b.install_statements(),
+        *b.session_statements(),
+        f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
+        *b.index_statements(),
+        f"INSERT INTO memory_units (id, search_vector) "
+        f"SELECT id, {b.write_expression('document')} FROM stage_units",
+        b.arm_sql(columns=COLUMNS, where=WHERE),
+        " UNION ALL ".join(
+            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
+        ),
+    ]
+
+
+def test_satisfies_protocol_and_entry_point() -> None:
+    assert isinstance(PgSearchBackend, TextSearchBackend)
+    assert isinstance(backend(), TextSearchBackend)
+    (ep,) = [ep for ep in metadata.entry_points(group="hindsight_recall") if ep.name == PgSearchBackend.name]
+    assert ep.value == "hindsight_recall_pg_search"
+    registered: list[Any] = []
+    pg_search.register_text_search_backends(registered.append)
+    assert registered == [PgSearchBackend]
+    assert PgSearchBackend.citus_compatible is True
+
+
+def test_golden_statements() -> None:
+    b = backend()
+    assert b.install_statements() == ("CREATE EXTENSION IF NOT EXISTS pg_search",)
+    assert b.session_statements() == ()
+    assert b.column_type() == "text"
+    assert b.index_statements() == (
+        "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units "
+        "USING bm25 (id, text, context, text_signals) WITH (key_field = 'id')",
+    )
+    assert b.write_expression("document") == "NULL::text"
+    assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "fields"),
+    [
+        ("jieba", "(text::pdb.jieba), (context::pdb.jieba), (text_signals::pdb.jieba)"),
+        (
+            "lindera(japanese)",
+            "(text::pdb.lindera(japanese)), (context::pdb.lindera(japanese)), (text_signals::pdb.lindera(japanese))",
+        ),
+        ("ngram(2,3)", "(text::pdb.ngram(2,3)), (context::pdb.ngram(2,3)), (text_signals::pdb.ngram(2,3))"),
+    ],
+)
+def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, fields: str) -> None:
+    assert backend(tokenizer).index_statements() == (
+        "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units "
+        f"USING bm25 (id, {fields}) WITH (key_field = 'id')",
+    )
+
+
+@pytest.mark.parametrize(
+    "tokenizer",
+    ["", "unicode_words", "simple", "whitespace", "literal", "literal_normalized", "chinese_compatible", "icu",
+     "jieba", "source_code", "lindera(chinese)", "lindera(japanese)", "lindera(korean)", "ngram(1,1)",
+     "ngram(2,3)", "edge_ngram(1,999)"],
+)
+def test_every_statement_parses(tokenizer: str) -> None:
+    for sql in statements(backend(tokenizer)):
+        parse_statement(sql)
+
+
+@pytest.mark.parametrize(
+    ("value", "canonical"),
+    [
+        ("", ""),
+        ("   ", ""),
+        ("unicode_words", "unicode_words"),
+        ("  Jieba ", "jieba"),
+        ("LITERAL_NORMALIZED", "literal_normalized"),
+        ("Source_Code", "source_code"),
+        ("lindera(Chinese)", "lindera(chinese)"),
+        ("lindera ( korean )", "lindera(korean)"),
+        ("japanese_lindera", "lindera(japanese)"),
+        ("CHINESE_LINDERA", "lindera(chinese)"),
+        ("lindera_korean", "lindera(korean)"),
+        ("ngram(1,1)", "ngram(1,1)"),
+        (" NGRAM( 2 , 3 ) ", "ngram(2,3)"),
+        ("ngram(002,3)", "ngram(2,3)"),
+        ("edge_ngram(1,999)", "edge_ngram(1,999)"),
+        ("Edge_Ngram(5,5)", "edge_ngram(5,5)"),
+    ],
+)
+def test_tokenizer_setting_is_normalised(value: str, canonical: str) -> None:
+    assert parse_tokenizer(value) == canonical
+    assert PgSearchSettings(tokenizer=value).tokenizer == canonical
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["default", "english", "lindera", "lindera()", "lindera(french)", "thai_lindera", "lindera_", "ngram",
+     "ngram(0,3)", "ngram(3,2)", "ngram(1,1000)", "edge_ngram(0,0)", "ngram(-1,2)", "ngram(1.5,2)",
+     "ngram(1,2,3)", "ngram(a,b)", "ngram(1,2); DROP TABLE memory_units", "simple)", "jieba jieba",
+     "pdb.simple", "ngram(١,٢)"],
+)
+def test_invalid_tokenizer_is_rejected_naming_the_variable(value: str) -> None:
+    with pytest.raises(ValueError, match=VARIABLE):
+        parse_tokenizer(value)
+    with pytest.raises(ValidationError, match=VARIABLE):
+        PgSearchSettings(tokenizer=value)
+
+
+def test_invalid_tokenizer_is_a_startup_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VARIABLE, "ngram(3,2)")
+    with pytest.raises(ConfigError, match=rf"^{VARIABLE}='ngram\(3,2\)' is not a ParadeDB tokenizer"):
+        PgSearchBackend(Settings())
+
+
+def test_tokenizer_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VARIABLE, " Japanese_Lindera ")
+    assert PgSearchBackend(Settings()).tokenizer == "lindera(japanese)"
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "cjk"),
+    [("", False), ("simple", False), ("unicode_words", False), ("whitespace", False), ("literal", False),
+     ("source_code", False), ("chinese_compatible", True), ("icu", True), ("jieba", True),
+     ("lindera(korean)", True), ("ngram(1,2)", True), ("ngram(2,2)", True), ("ngram(3,3)", False),
+     ("edge_ngram(1,2)", False)],
+)
+def test_cjk_capability_follows_the_tokenizer(tokenizer: str, cjk: bool) -> None:
+    assert backend(tokenizer).supports_cjk is cjk
+    assert PgSearchBackend.supports_cjk is False
+
+
+def test_prepare_document_keeps_the_text() -> None:
+    assert backend().prepare_document("a & b") == "a & b"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (["what", "did", "alice", "adopt"], "what did alice adopt"),
+        (["cat", "cat", "dog"], "cat dog"),
+        (["東京タワー", "行った"], "東京タワー 行った"),
+        (["a&b", "c|d", "!e", "(f)", "g:*", "<h>", "i'j", "k\\l", "m\x00n", " ", "."],
+         "a b c d e f g h i j k l m n"),
+    ],
+)
+async def test_prepare_query_keeps_word_terms(tokens: list[str], expected: str) -> None:
+    b = backend(bm25_max_query_terms=0)
+    assert await b.prepare_query(" ".join(tokens), tokens, None) == expected  # type: ignore[arg-type]
+
+
+async def test_prepare_query_caps_the_terms() -> None:
+    tokens = [f"t{i}" for i in range(20)]
+    capped = await backend(bm25_max_query_terms=3).prepare_query("", tokens, None)  # type: ignore[arg-type]
+    assert capped == "t0 t1 t2"
+    unlimited = await backend(bm25_max_query_terms=0).prepare_query("", tokens, None)  # type: ignore[arg-type]
+    assert unlimited == " ".join(tokens)
+
+
+@pytest.mark.parametrize("tokens", [[], [""], [" ", ".", "\x00", "&|!"]])
+async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
+    assert await backend().prepare_query(". &", tokens, None) is None  # type: ignore[arg-type]

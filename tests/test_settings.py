@@ -1,0 +1,107 @@
+"""Every core setting: defaults, environment names, hard errors and soft fallbacks."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from hindsight_recall import ConfigError, load_settings
+from hindsight_recall.settings import BankSettings, Settings
+
+DEFAULTS = {
+    "database_url": None, "database_schema": "public", "db_pool_min_size": 5, "db_pool_max_size": 100,
+    "db_command_timeout": 60, "db_acquire_timeout": 30, "db_statement_timeout": 600, "db_session_setup_on_acquire": True,
+    "vector_extension": "pgvector", "ann_iterative_scan": True, "ann_max_scan_tuples": 4000, "vector_index_min_rows": 0,
+    "text_search_extension": "native", "bm25_min_score": 0.0, "bm25_max_query_terms": 16, "bm25_selective_terms": True,
+    "semantic_min_similarity": 0.3, "graph_seed_min_similarity": 0.3, "temporal_semantic_min_similarity": 0.1,
+    "semantic_link_min_similarity": 0.7, "recall_max_concurrent": 32, "recall_connection_budget": 4,
+    "recall_max_query_tokens": 500, "recall_max_candidates_per_source": 0, "reranker_max_candidates": 300,
+    "reranker_max_candidates_low": 0, "reranker_max_candidates_mid": 0, "reranker_max_candidates_high": 0,
+    "recency_decay_function": "linear", "recency_decay_linear_window_days": 365, "recency_decay_halflife_days": 90,
+    "tokenizer_encoding": "cl100k_base", "embeddings_provider": "local", "embeddings_local_model": None,
+    "embeddings_query_prefix": "", "embeddings_passage_prefix": "", "embeddings_batch_size": 64,
+    "reranker_provider": "local", "reranker_send_bank_as_header": False, "reranker_on_error": "fallback",
+    "model_init_timeout": 300, "embedded_data_dir": None,
+    "recall_budget_function": "fixed", "recall_budget_fixed_low": 100, "recall_budget_fixed_mid": 300,
+    "recall_budget_fixed_high": 1000, "recall_budget_adaptive_low": 0.025, "recall_budget_adaptive_mid": 0.075,
+    "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,
+    "enable_temporal_retrieval": True, "enable_graph_retrieval": True, "enable_reranking": True, "enable_text_search": True,
+}
+
+
+def test_every_field_has_a_tested_default() -> None:
+    assert set(Settings.model_fields) == set(DEFAULTS)
+    settings = Settings(_env_file=None)
+    for name, default in DEFAULTS.items():
+        assert getattr(settings, name) == default, name
+
+
+@pytest.mark.parametrize(("name", "raw", "expected"), [
+    ("semantic_min_similarity", "0.5", 0.5), ("ann_iterative_scan", "false", False), ("reranker_provider", " TEI ", "tei"),
+    ("recall_budget_fixed_mid", "42", 42), ("database_schema", "memory_2", "memory_2"), ("reranker_on_error", "raise", "raise"),
+])
+def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: object) -> None:
+    monkeypatch.setenv(f"HINDSIGHT_API_{name.upper()}", raw)
+    assert getattr(load_settings(), name) == expected
+
+
+@pytest.mark.parametrize(("overrides", "variable"), [
+    ({"semantic_min_similarity": 1.5}, "HINDSIGHT_API_SEMANTIC_MIN_SIMILARITY"),
+    ({"graph_seed_min_similarity": -0.1}, "HINDSIGHT_API_GRAPH_SEED_MIN_SIMILARITY"),
+    ({"temporal_semantic_min_similarity": 2}, "HINDSIGHT_API_TEMPORAL_SEMANTIC_MIN_SIMILARITY"),
+    ({"bm25_max_query_terms": -1}, "HINDSIGHT_API_BM25_MAX_QUERY_TERMS"),
+    ({"database_schema": "public; drop"}, "HINDSIGHT_API_DATABASE_SCHEMA"),
+    ({"vector_extension": "faiss"}, "HINDSIGHT_API_VECTOR_EXTENSION"),
+    ({"reranker_on_error": "ignore"}, "HINDSIGHT_API_RERANKER_ON_ERROR"),
+    ({"recall_max_concurrent": 0}, "HINDSIGHT_API_RECALL_MAX_CONCURRENT"),
+    ({"db_pool_max_size": 0}, "HINDSIGHT_API_DB_POOL_MAX_SIZE"),
+    ({"recall_budget_fixed_low": 0}, "HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW"),
+])
+def test_hard_invalid_values_fail_naming_the_variable(overrides: dict, variable: str) -> None:
+    with pytest.raises(ConfigError, match=variable):
+        load_settings(**overrides)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"ann_iterative_scan": True, "ann_max_scan_tuples": 0},
+    {"recall_budget_min": 50, "recall_budget_max": 10},
+    {"db_pool_min_size": 10, "db_pool_max_size": 5},
+])
+def test_inconsistent_combinations_fail(overrides: dict) -> None:
+    with pytest.raises(ConfigError):
+        load_settings(**overrides)
+    assert load_settings(ann_iterative_scan=False, ann_max_scan_tuples=0).ann_max_scan_tuples == 0
+
+
+def test_soft_invalid_decay_function_warns_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert load_settings(recency_decay_function="cubic").recency_decay_function == "linear"
+    assert "RECENCY_DECAY_FUNCTION" in caplog.text
+
+
+def test_bank_overrides_are_validated() -> None:
+    settings = load_settings()
+    assert settings.for_bank({"enable_graph_retrieval": False}).enable_graph_retrieval is False
+    assert settings.for_bank(None) is settings
+    with pytest.raises(ValueError):
+        settings.for_bank({"recall_budget_fixed_mid": -3})
+    with pytest.raises(ValueError):
+        settings.for_bank({"database_url": "postgresql://elsewhere"})
+    assert set(BankSettings.model_fields) < set(Settings.model_fields)
+
+
+@pytest.mark.parametrize(("overrides", "level", "cap"), [
+    ({}, "mid", 300), ({"reranker_max_candidates": 50}, "low", 50), ({"reranker_max_candidates_high": 900}, "high", 900),
+    ({"reranker_max_candidates_low": 10, "reranker_max_candidates": 70}, "mid", 70),
+])
+def test_reranker_cap_per_budget(overrides: dict, level: str, cap: int) -> None:
+    assert load_settings(**overrides).reranker_cap(level) == cap
+
+
+def test_unknown_tokenizer_is_a_startup_error() -> None:
+    from hindsight_recall.tokens import TokenCounter
+
+    with pytest.raises(ConfigError, match="TOKENIZER_ENCODING"):
+        TokenCounter("no_such_encoding")
+    assert TokenCounter().count("<|endoftext|> hello") > 2  # special tokens count as text
