@@ -26,7 +26,9 @@ _NAMED = (
     "chinese_compatible", "icu", "jieba", "source_code",
 )
 _LANGUAGES = "chinese|japanese|korean"
-_LINDERA = re.compile(rf"^(?:lindera\s*\(\s*({_LANGUAGES})\s*\)|({_LANGUAGES})_lindera|lindera_({_LANGUAGES}))$")
+_LINDERA = re.compile(
+    rf"^(?:lindera\s*\(\s*({_LANGUAGES})\s*\)|({_LANGUAGES})_lindera|lindera_({_LANGUAGES}))$"
+)
 _NGRAM = re.compile(r"^(ngram|edge_ngram)\s*\(\s*([0-9]+)\s*,\s*([0-9]+)\s*\)$")
 _MAX_GRAM = 999
 # Tokenizers that split CJK text into units a CJK query shares.
@@ -90,7 +92,9 @@ def query_terms(tokens: Sequence[str], max_terms: int) -> list[str]:
 class PgSearchSettings(BaseSettings):
     """Settings of the pg_search backend (``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_", extra="ignore"
+    )
 
     #: A ParadeDB tokenizer for the text fields; empty keeps ParadeDB's default.
     tokenizer: str = ""

@@ -30,7 +30,7 @@ class CohereSettings(BaseSettings):
     model: str = "rerank-english-v3.0"
     #: The full rerank URL, used as given (a self-hosted or Cohere-compatible server).
     base_url: str | None = None
-    timeout: float = Field(60, gt=0)
+    timeout: float = Field(default=60, gt=0)
 
 
 class CohereReranker:

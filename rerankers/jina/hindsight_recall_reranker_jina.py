@@ -28,7 +28,7 @@ class JinaSettings(BaseSettings):
     api_key: SecretStr | None = None
     model: str = "jina-reranker-v2-base-multilingual"
     base_url: str = "https://api.jina.ai"
-    timeout: float = Field(60, gt=0)
+    timeout: float = Field(default=60, gt=0)
 
 
 class JinaReranker:

@@ -41,9 +41,9 @@ class LocalSettings(BaseSettings):
 
     #: A hub name or a local directory.
     model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(default=32, ge=1)
     #: Threads of the shared pool that run batches.
-    max_concurrent: int = Field(4, ge=1)
+    max_concurrent: int = Field(default=4, ge=1)
     force_cpu: bool = False
     allow_mps: bool = False
     fp16: bool = False

@@ -30,10 +30,10 @@ class TEISettings(BaseSettings):
 
     #: The server's base URL, e.g. ``http://localhost:8080``.
     url: str | None = None
-    batch_size: int = Field(128, ge=1)
+    batch_size: int = Field(default=128, ge=1)
     #: Requests in flight across the process.
-    max_concurrent: int = Field(8, ge=1)
-    http_timeout: float = Field(30, gt=0)
+    max_concurrent: int = Field(default=8, ge=1)
+    http_timeout: float = Field(default=30, gt=0)
 
 
 class TEIReranker:

@@ -138,12 +138,17 @@ def test_prepare_document_bigrams_cjk(document: str, prepared: str) -> None:
     ],
 )
 async def test_prepare_query(tokens: list[str], expected: str) -> None:
-    assert await backend(bm25_max_query_terms=0).prepare_query(" ".join(tokens), tokens, FakeConnection()) == expected
+    b = backend(bm25_max_query_terms=0)
+    assert await b.prepare_query(" ".join(tokens), tokens, FakeConnection()) == expected
 
 
 @pytest.mark.parametrize("tokens", [[], [""], ["&", "|", "'", "\x00"], ["   "]])
 async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
     assert await backend().prepare_query("& | ' \x00", tokens, FakeConnection()) is None
+
+
+def _lexeme(token: str) -> str | None:
+    return None if token in {"the", "of"} else token  # two stopwords are enough here
 
 
 class FakeConnection:
@@ -163,8 +168,8 @@ class FakeConnection:
         if self.fail:
             raise RuntimeError("no statistics")
         rows = [
-            SimpleNamespace(ord=i + 1, token=t, lexeme=None if t in {"the", "of"} else t, freq=self.frequencies.get(t, 0))
-            for i, t in enumerate(params["tokens"])
+            SimpleNamespace(ord=i, token=t, lexeme=_lexeme(t), freq=self.frequencies.get(t, 0))
+            for i, t in enumerate(params["tokens"], start=1)
         ]
         return SimpleNamespace(all=lambda: rows)
 
@@ -186,7 +191,8 @@ async def test_cap_drops_stopwords_and_breaks_ties_by_position() -> None:
 
 async def test_cap_falls_back_to_the_first_terms() -> None:
     tokens = ["a", "b", "c", "d"]
-    assert await backend(bm25_max_query_terms=2).prepare_query("", tokens, FakeConnection(fail=True)) == "'a' | 'b'"
+    b = backend(bm25_max_query_terms=2)
+    assert await b.prepare_query("", tokens, FakeConnection(fail=True)) == "'a' | 'b'"
     conn = FakeConnection({"a": 0.9})
     b = backend(bm25_max_query_terms=2, bm25_selective_terms=False)
     assert await b.prepare_query("", tokens, conn) == "'a' | 'b'"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import hindsight_recall_pg_search as pg_search
 import pytest
@@ -13,8 +13,11 @@ from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_pg_search import PgSearchBackend, PgSearchSettings, parse_tokenizer
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_TOKENIZER"
+#: This backend never reads statistics, so prepare_query gets no connection.
+NO_CONNECTION = cast(AsyncConnection, None)
 COLUMNS = "id, text, fact_type"
 WHERE = (
     "bank_id = :bank_id AND fact_type = 'world' AND "
@@ -81,7 +84,8 @@ def test_golden_statements() -> None:
         ("jieba", "(text::pdb.jieba), (context::pdb.jieba), (text_signals::pdb.jieba)"),
         (
             "lindera(japanese)",
-            "(text::pdb.lindera(japanese)), (context::pdb.lindera(japanese)), (text_signals::pdb.lindera(japanese))",
+            "(text::pdb.lindera(japanese)), (context::pdb.lindera(japanese)), "
+            "(text_signals::pdb.lindera(japanese))",
         ),
         ("ngram(2,3)", "(text::pdb.ngram(2,3)), (context::pdb.ngram(2,3)), (text_signals::pdb.ngram(2,3))"),
     ],
@@ -95,9 +99,9 @@ def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, fields: s
 
 @pytest.mark.parametrize(
     "tokenizer",
-    ["", "unicode_words", "simple", "whitespace", "literal", "literal_normalized", "chinese_compatible", "icu",
-     "jieba", "source_code", "lindera(chinese)", "lindera(japanese)", "lindera(korean)", "ngram(1,1)",
-     "ngram(2,3)", "edge_ngram(1,999)"],
+    ["", "unicode_words", "simple", "whitespace", "literal", "literal_normalized", "chinese_compatible",
+     "icu", "jieba", "source_code", "lindera(chinese)", "lindera(japanese)", "lindera(korean)",
+     "ngram(1,1)", "ngram(2,3)", "edge_ngram(1,999)"],
 )
 def test_every_statement_parses(tokenizer: str) -> None:
     for sql in statements(backend(tokenizer)):
@@ -183,17 +187,17 @@ def test_prepare_document_keeps_the_text() -> None:
 )
 async def test_prepare_query_keeps_word_terms(tokens: list[str], expected: str) -> None:
     b = backend(bm25_max_query_terms=0)
-    assert await b.prepare_query(" ".join(tokens), tokens, None) == expected  # type: ignore[arg-type]
+    assert await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION) == expected
 
 
 async def test_prepare_query_caps_the_terms() -> None:
     tokens = [f"t{i}" for i in range(20)]
-    capped = await backend(bm25_max_query_terms=3).prepare_query("", tokens, None)  # type: ignore[arg-type]
+    capped = await backend(bm25_max_query_terms=3).prepare_query("", tokens, NO_CONNECTION)
     assert capped == "t0 t1 t2"
-    unlimited = await backend(bm25_max_query_terms=0).prepare_query("", tokens, None)  # type: ignore[arg-type]
+    unlimited = await backend(bm25_max_query_terms=0).prepare_query("", tokens, NO_CONNECTION)
     assert unlimited == " ".join(tokens)
 
 
 @pytest.mark.parametrize("tokens", [[], [""], [" ", ".", "\x00", "&|!"]])
 async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
-    assert await backend().prepare_query(". &", tokens, None) is None  # type: ignore[arg-type]
+    assert await backend().prepare_query(". &", tokens, NO_CONNECTION) is None

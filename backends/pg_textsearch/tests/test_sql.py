@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import hindsight_recall_pg_textsearch as pg_textsearch
 import pytest
@@ -11,7 +11,10 @@ from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_pg_textsearch import PgTextsearchBackend
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+#: This backend never reads statistics, so prepare_query gets no connection.
+NO_CONNECTION = cast(AsyncConnection, None)
 COLUMNS = "id, text, fact_type"
 WHERE = (
     "bank_id = :bank_id AND fact_type = 'world' AND "
@@ -44,7 +47,8 @@ def statements(b: PgTextsearchBackend) -> list[str]:
 def test_satisfies_protocol_and_entry_point() -> None:
     assert isinstance(PgTextsearchBackend, TextSearchBackend)
     assert isinstance(PgTextsearchBackend(Settings()), TextSearchBackend)
-    (ep,) = [ep for ep in metadata.entry_points(group="hindsight_recall") if ep.name == PgTextsearchBackend.name]
+    eps = metadata.entry_points(group="hindsight_recall")
+    (ep,) = [ep for ep in eps if ep.name == PgTextsearchBackend.name]
     assert ep.value == "hindsight_recall_pg_textsearch"
     registered: list[Any] = []
     pg_textsearch.register_text_search_backends(registered.append)
@@ -97,9 +101,9 @@ HOSTILE = "what & | ! ( ) : * < > ' \\ did alice say"
     ],
 )
 async def test_prepare_query_passes_the_raw_query(query: str, tokens: list[str], expected: str) -> None:
-    assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, None) == expected  # type: ignore[arg-type]
+    assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) == expected
 
 
 @pytest.mark.parametrize(("query", "tokens"), [("", []), ("?!", []), ("\x00 \x00", ["x"])])
 async def test_prepare_query_without_words_skips_the_arm(query: str, tokens: list[str]) -> None:
-    assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, None) is None  # type: ignore[arg-type]
+    assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) is None

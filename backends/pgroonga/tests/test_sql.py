@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import hindsight_recall_pgroonga as pgroonga
 import pytest
@@ -11,7 +11,10 @@ from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_pgroonga import PgroongaBackend
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+#: This backend never reads statistics, so prepare_query gets no connection.
+NO_CONNECTION = cast(AsyncConnection, None)
 COLUMNS = "id, text, fact_type"
 WHERE = (
     "bank_id = :bank_id AND fact_type = 'world' AND "
@@ -23,7 +26,8 @@ INDEX = (
     "WITH (tokenizer = 'TokenBigram', normalizer = 'NormalizerNFKC150')"
 )
 ARM = (
-    "(SELECT * FROM (SELECT id, text, fact_type, pgroonga_score(tableoid, ctid) AS bm25_score FROM memory_units "
+    "(SELECT * FROM (SELECT id, text, fact_type, pgroonga_score(tableoid, ctid) AS bm25_score "
+    "FROM memory_units "
     f"WHERE {WHERE} AND ({DOCUMENT}) &@~ pgroonga_query_escape(:query_text) "
     "ORDER BY bm25_score DESC, id LIMIT :limit) AS pgroonga_hits "
     "WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
@@ -102,9 +106,10 @@ def test_prepare_document_keeps_the_text() -> None:
     ],
 )
 async def test_prepare_query(tokens: list[str], expected: str) -> None:
-    assert await PgroongaBackend(Settings()).prepare_query(" ".join(tokens), tokens, None) == expected  # type: ignore[arg-type]
+    b = PgroongaBackend(Settings())
+    assert await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION) == expected
 
 
 @pytest.mark.parametrize("tokens", [[], [""], ["&", "()", "\x00"]])
 async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
-    assert await PgroongaBackend(Settings()).prepare_query("& ()", tokens, None) is None  # type: ignore[arg-type]
+    assert await PgroongaBackend(Settings()).prepare_query("& ()", tokens, NO_CONNECTION) is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import hindsight_recall_vchord as vchord
 import pytest
@@ -11,7 +11,10 @@ from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_vchord import VchordBackend
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+#: This backend never reads statistics, so prepare_query gets no connection.
+NO_CONNECTION = cast(AsyncConnection, None)
 COLUMNS = "id, text, fact_type"
 WHERE = (
     "bank_id = :bank_id AND fact_type = 'world' AND "
@@ -74,7 +77,8 @@ def test_golden_statements() -> None:
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search "
         "ON memory_units USING bm25 (search_vector bm25_catalog.bm25_ops)",
     )
-    assert b.write_expression("document") == "tokenizer_catalog.tokenize(document, 'llmlingua2')::bm25_catalog.bm25vector"
+    expected = "tokenizer_catalog.tokenize(document, 'llmlingua2')::bm25_catalog.bm25vector"
+    assert b.write_expression("document") == expected
     assert b.score_sql() == SCORE
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
 
@@ -116,9 +120,9 @@ HOSTILE = "what & | ! ( ) : * < > ' \\ did alice say"
     ],
 )
 async def test_prepare_query_passes_the_raw_query(query: str, tokens: list[str], expected: str) -> None:
-    assert await VchordBackend(Settings()).prepare_query(query, tokens, None) == expected  # type: ignore[arg-type]
+    assert await VchordBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) == expected
 
 
 @pytest.mark.parametrize(("query", "tokens"), [("", []), ("?!", []), ("  ", ["  "]), ("\x00", ["x"])])
 async def test_prepare_query_without_words_skips_the_arm(query: str, tokens: list[str]) -> None:
-    assert await VchordBackend(Settings()).prepare_query(query, tokens, None) is None  # type: ignore[arg-type]
+    assert await VchordBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) is None

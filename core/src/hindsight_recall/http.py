@@ -1,8 +1,7 @@
-"""The async HTTP helper every remote reranker uses: timeouts, status checks, retries, index mapping.
+"""The async HTTP helper of every remote reranker: timeouts, status checks, retries, index mapping.
 
-A provider declares its wire format as a :class:`RerankAPI` and its retries as a
-:class:`RetryPolicy`, then owns one :class:`RerankHTTP` (one ``httpx.AsyncClient``) per instance.
-Nothing here branches on a provider's name.
+Providers declare a :class:`RerankAPI` and a :class:`RetryPolicy` and own one :class:`RerankHTTP`
+(one ``httpx.AsyncClient``) per instance; nothing here branches on a provider's name.
 """
 
 from __future__ import annotations
@@ -15,21 +14,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 
 from .errors import RerankerHTTPError
 
 BANK_HEADER = "X-Hindsight-Bank-Id"
+_KEY_HINT = {401: "; check the API key", 403: "; check the API key"}
 
 # Only timeouts are worth another attempt; a refused connection or a full pool is not.
 _RETRYABLE_ERRORS = (httpx.ConnectTimeout, httpx.ReadTimeout, httpx.WriteTimeout)
 
 # Semaphores are bound to an event loop, so "process-wide" means per loop (one per process in practice).
-_LIMITS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary()
-)
+_Limits = dict[tuple[str, int], asyncio.Semaphore]
+_LIMITS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Limits] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class RetryPolicy:
         :param retry_after: the server's ``Retry-After`` in seconds, honoured when larger.
         :param timeout: the request timeout, which also caps the wait.
         """
-        backoff = self.base_delay * 2**attempt * random.uniform(1 - self.jitter, 1 + self.jitter)
+        backoff = self.base_delay * 2.0**attempt * random.uniform(1 - self.jitter, 1 + self.jitter)
         wait = max(backoff, retry_after) if retry_after is not None else backoff
         return max(0.0, min(wait, timeout, self.max_delay))
 
@@ -114,7 +113,7 @@ class RerankAPI:
             results = payload.get(self.results_key) if isinstance(payload, dict) else None
         if not isinstance(results, list):
             shape = f"an object with a {self.results_key!r} list" if self.results_key else "a JSON list"
-            raise RerankerHTTPError(f"{where}: malformed body, expected {shape}, got {_preview(payload)}")
+            raise RerankerHTTPError(f"{where}: malformed body, expected {shape}, got {repr(payload)[:120]}")
         if len(results) != count:
             raise RerankerHTTPError(f"{where}: sent {count} documents but got {len(results)} scores back")
         scores: list[float | None] = [None] * count
@@ -123,7 +122,7 @@ class RerankAPI:
             score = item.get(self.score_key) if isinstance(item, dict) else None
             if not _is_number(score) or type(index) is not int:
                 raise RerankerHTTPError(
-                    f"{where}: malformed result {_preview(item)}, expected integer "
+                    f"{where}: malformed result {repr(item)[:120]}, expected integer "
                     f"{self.index_key!r} and numeric {self.score_key!r}"
                 )
             if not 0 <= index < count:
@@ -145,7 +144,19 @@ def shared_limit(key: str, limit: int) -> asyncio.Semaphore:
 
 
 class RerankHTTP:
-    """One provider instance's HTTP client: batching, a shared in-flight limit, retries, checks."""
+    """One provider instance's HTTP client: batching, a shared in-flight limit, retries, checks.
+
+    The connection pool opens on first use.
+
+    :param api: the declared wire format.
+    :param url: the full rerank URL.
+    :param timeout: seconds for each of connect, read, write and pool wait.
+    :param headers: sent with every request (e.g. ``Authorization``).
+    :param retry: the provider's retry policy.
+    :param batch_size: documents per request; ``None`` sends all in one.
+    :param max_concurrent: requests in flight across the process; ``None`` is unlimited.
+    :param send_bank_header: add ``X-Hindsight-Bank-Id`` when a bank is given.
+    """
 
     def __init__(
         self,
@@ -158,25 +169,11 @@ class RerankHTTP:
         batch_size: int | None = None,
         max_concurrent: int | None = None,
         send_bank_header: bool = False,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        """Describe the endpoint; the connection pool opens on first use.
-
-        :param api: the declared wire format.
-        :param url: the full rerank URL.
-        :param timeout: seconds for each of connect, read, write and pool wait.
-        :param headers: sent with every request (e.g. ``Authorization``).
-        :param retry: the provider's retry policy.
-        :param batch_size: documents per request; ``None`` sends all in one.
-        :param max_concurrent: requests in flight across the process; ``None`` is unlimited.
-        :param send_bank_header: add ``X-Hindsight-Bank-Id`` when a bank is given.
-        :param transport: an httpx transport, for tests.
-        """
         self.api, self.url, self.timeout, self.retry = api, url, timeout, retry
         self.headers = dict(headers or {})
         self.batch_size, self.max_concurrent = batch_size, max_concurrent
         self.send_bank_header = send_bank_header
-        self._transport = transport
         self._client: httpx.AsyncClient | None = None
 
     async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
@@ -189,8 +186,6 @@ class RerankHTTP:
         headers = {BANK_HEADER: bank_id} if self.send_bank_header and bank_id is not None else {}
         size = self.batch_size or max(1, len(documents))
         batches = [documents[i : i + size] for i in range(0, len(documents), size)]
-        if len(batches) <= 1:
-            return await self._score_batch(query, batches[0], headers) if batches else []
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._score_batch(query, b, headers)) for b in batches]
@@ -234,19 +229,22 @@ class RerankHTTP:
                     f"{where} failed: {exc!r}; check the URL and that the server runs"
                 ) from exc
             if response.is_success:
-                return _decode(response, where)
+                try:
+                    return response.json()
+                except ValueError:
+                    raise RerankerHTTPError(
+                        f"{where}: malformed body, not JSON: {response.text[:200]!r}"
+                    ) from None
             if last or not self.retry.retry_status(response.status_code):
                 raise RerankerHTTPError(
                     f"{where} answered HTTP {response.status_code} after {attempt + 1} attempt(s): "
-                    f"{response.text[:300]!r}{_hint(response.status_code)}"
+                    f"{response.text[:300]!r}{_KEY_HINT.get(response.status_code, '')}"
                 )
             await asyncio.sleep(self.retry.delay(attempt, _retry_after(response), self.timeout))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _open(self) -> httpx.AsyncClient:
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout), headers=self.headers, transport=self._transport
-        )
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), headers=self.headers)
         return self._client
 
     async def close(self) -> None:
@@ -256,17 +254,8 @@ class RerankHTTP:
             await client.aclose()
 
 
-def _decode(response: httpx.Response, where: str) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise RerankerHTTPError(f"{where}: malformed body, not JSON: {response.text[:200]!r}") from None
-
-
 def _retry_after(response: httpx.Response) -> float | None:
     value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
     with contextlib.suppress(ValueError):
         return max(0.0, float(value))
     try:
@@ -277,14 +266,5 @@ def _retry_after(response: httpx.Response) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def _hint(status: int) -> str:
-    return "; check the API key" if status in (401, 403) else ""
-
-
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _preview(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."

