@@ -15,8 +15,19 @@ from datetime import date, timedelta
 from typing import TypeVar
 
 from ._timewords import (
-    AMBIGUOUS, ART, CONN, DAY_WORDS, EN_NUMBERS, FEW_AGO, GERMAN_HINTS, LANGS, MONTHS, ORDINALS, PARTS,
-    PERIOD_KINDS, Lang,
+    AMBIGUOUS,
+    ART,
+    CONN,
+    DAY_WORDS,
+    EN_NUMBERS,
+    FEW_AGO,
+    GERMAN_HINTS,
+    LANGS,
+    MONTHS,
+    ORDINALS,
+    PARTS,
+    PERIOD_KINDS,
+    Lang,
 )
 
 Span = tuple[date, date]
@@ -254,7 +265,8 @@ def _rolling_rule(lang: Lang) -> Rule:
     pattern = lang.rolling.format(n=rf"(?P<n>\d{{1,3}}|{'|'.join(EN_NUMBERS)})",
                                   u=f"(?P<u>{alt(lang.counted.values())})")
     # English "the past week" is a rolling week, unlike the calendar "last week".
-    pattern = rf"(?:{pattern}|past\s+(?P<u1>week|month|year))" if lang is LANGS["en"] else pattern + "(?P<u1>)?"
+    english = lang is LANGS["en"]
+    pattern = rf"(?:{pattern}|past\s+(?P<u1>week|month|year))" if english else pattern + "(?P<u1>)?"
 
     def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
         n = int(m["n"]) if m["n"] and m["n"].isdigit() else EN_NUMBERS.get(m["n"] or "one", 1)
@@ -357,8 +369,8 @@ QUARTER_HALF = tuple(Rule(re.compile(_pad(p, *_QH_GROUPS)), _quarter_half) for p
 PART_RULE = Rule(re.compile(
     rf"\b(?P<part>{alt(PARTS.values())})(?:\s*-\s*|\s+)(?P<conn>(?:{CONN}\s+){{0,2}})"
     rf"(?:(?P<mon>{_MONTH})\b\.?(?:\s*,?\s*(?:{CONN}\s+)?)?)?(?:(?P<yref>{YEAR_REF}){_YEAR_TAIL})?"), _part)
-DAY_RULE = Rule(re.compile(rf"\b(?:(?P<d2>{DAY_WORDS[-2]})|(?P<d1>{DAY_WORDS[-1]})|(?P<d0>{DAY_WORDS[0]}))\b"),
-                _days)
+DAY_RULE = Rule(re.compile(
+    rf"\b(?:(?P<d2>{DAY_WORDS[-2]})|(?P<d1>{DAY_WORDS[-1]})|(?P<d0>{DAY_WORDS[0]}))\b"), _days)
 MONTH_YEAR = Rule(re.compile(rf"\b(?P<mon>{_MONTH})\.?(?:\s*,\s*|\s+(?:of|de|del|di)\s+|\s+)(?P<y>\d{{4}})"
                              rf"{_YEAR_TAIL}"), _month_year)
 YEAR_CONTEXT = Rule(re.compile(rf"\b(?:{_YEAR_WORDS})\s+(?:(?:{_FILLER})\s+){{0,3}}(?P<y>\d{{4}})"

@@ -156,8 +156,10 @@ PARTS: Mapping[str, str] = {
     "late": r"late|end|finales|fines|fine|fin|ende|конц\w*|конец",
 }
 CONN = r"(?:of|the|de|del|di|du|des|dell['’]|in)"
-EN_NUMBERS: Mapping[str, int] = {w: i for i, w in enumerate(
-    "one two three four five six seven eight nine ten eleven twelve".split(), start=1)}
+EN_NUMBERS: Mapping[str, int] = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12,
+}
 FEW_AGO: Mapping[tuple[str, str], tuple[int, int]] = {
     ("couple", "day"): (3, 1), ("few", "day"): (5, 2),
     ("couple", "week"): (21, 7), ("few", "week"): (35, 14),

@@ -152,6 +152,8 @@ class FixtureServer:
 def _handler_for(server: FixtureServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as real reranking servers do
+        # Headers and body go out in two writes; with Nagle on, each reply waits ~40 ms for an ACK.
+        disable_nagle_algorithm = True
 
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
