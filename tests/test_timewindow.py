@@ -8,7 +8,6 @@ import time
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
-
 from hindsight_recall.timewindow import MAX_QUERY_CHARS, resolve_window, score_match
 
 #: A Wednesday afternoon.
@@ -39,7 +38,8 @@ def _warm_finder() -> None:
 # ---- SPEC §7 fixed rules, each family in English and other languages --------------------------------
 
 @pytest.mark.parametrize("query", ["What did we do yesterday?", "¿Qué hicimos ayer?", "cosa è successo ieri",
-                                   "qu'avons-nous fait hier", "Was haben wir gestern gemacht", "что было вчера"])
+                                   "qu'avons-nous fait hier", "Was haben wir gestern gemacht",
+                                   "что было вчера"])
 def test_yesterday(query: str) -> None:
     check(query, days_ago(1))
 
@@ -61,7 +61,8 @@ def test_today(query: str) -> None:
     ("a couple of weeks ago", (21, 7)), ("few weeks ago", (35, 14)),
     ("a couple of months ago", (90, 30)), ("a few months ago", (150, 60)),
     ("hace un par de días", (3, 1)), ("hace unos días", (5, 2)), ("qualche giorno fa", (5, 2)),
-    ("il y a quelques semaines", (35, 14)), ("vor ein paar Wochen", (21, 7)), ("vor einigen Wochen", (35, 14)),
+    ("il y a quelques semaines", (35, 14)), ("vor ein paar Wochen", (21, 7)),
+    ("vor einigen Wochen", (35, 14)),
     ("пару месяцев назад", (90, 30)), ("несколько месяцев назад", (150, 60)),
 ])
 def test_couple_and_few_ago(query: str, back: tuple[int, int]) -> None:
@@ -90,6 +91,11 @@ def test_last_year(query: str) -> None:
                                    "le week-end dernier", "letztes Wochenende", "в прошлые выходные"])
 def test_last_weekend(query: str) -> None:
     check(query, date(2024, 3, 9), date(2024, 3, 10))
+
+
+def test_german_hier_means_here() -> None:
+    assert span("Was ist hier passiert?") is None
+    check("hier, nous avons mangé ensemble", days_ago(1))
 
 
 def test_last_weekend_on_a_sunday_is_the_one_just_started() -> None:

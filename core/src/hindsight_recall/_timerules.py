@@ -20,8 +20,8 @@ from ._timewords import (
     CONN,
     DAY_WORDS,
     EN_NUMBERS,
+    FALSE_FRIENDS,
     FEW_AGO,
-    GERMAN_HINTS,
     LANGS,
     MONTHS,
     ORDINALS,
@@ -156,8 +156,14 @@ class Rule:
 
 _MONTH = alt(MONTHS.values())
 _DAY_BEFORE = re.compile(r"\d{1,2}(?:st|nd|rd|th|er|e|º|\.)?\s*(?:of|de|del|di)?\s*$")
-_GERMAN = re.compile(rf"\b(?:{GERMAN_HINTS})\b")
+_FALSE_FRIENDS = {word: re.compile(rf"\b(?:{hints})\b") for word, hints in FALSE_FRIENDS.items()}
 _YEAR_TAIL = r"\b(?!\s*[-/.:]\s*\d)"
+
+
+def false_friend(word: str, text: str) -> bool:
+    """Whether ``word`` means no date in ``text`` (the German "hier" is "here")."""
+    hints = _FALSE_FRIENDS.get(word)
+    return bool(hints and hints.search(text))
 
 
 def _mods(lang: Lang) -> str:
@@ -282,7 +288,7 @@ def _rolling_rule(lang: Lang) -> Rule:
 
 
 def _days(m: re.Match[str], ctx: Ctx) -> Span | None:
-    if m["d1"] == "hier" and _GERMAN.search(m.string):
+    if m["d1"] and false_friend(m["d1"], m.string):
         return None
     day = ctx.today - timedelta(days=2 if m["d2"] else 1 if m["d1"] else 0)
     return day, day

@@ -172,8 +172,9 @@ ART = r"(?:the|el|la|le|il|lo|der|die|das|dem|den)\s+|l['’]\s*"
 AMBIGUOUS = frozenset({"may", "march", "mar", "mars", "sat", "sun", "wed", "fall"})
 #: Words before an ambiguous word that make it a date ("in may", "last fall").
 CONTEXT = r"in|on|of|during|since|until|by|before|after|last|next|this|early|mid|late|end|every"
-#: German words that make "hier" mean "here" rather than the French "yesterday".
-GERMAN_HINTS = r"ist|sind|wir|ich|und|das|der|nicht|haben|habe|wo|wer|bin|hat"
+#: Date words that mean something else when the query has one of these words: the German "hier"
+#: is "here", not the French "yesterday".
+FALSE_FRIENDS: Mapping[str, str] = {"hier": r"ist|sind|wir|ich|und|das|der|nicht|haben|habe|wo|wer|bin|hat"}
 
 # ---- scoring words of the date finder (SPEC §7 step 4), with es/it/fr/de/ru equivalents -----------
 

@@ -25,7 +25,11 @@ Beyond the SPEC §7 table, and our own choices **[D]**:
 - "this/next week|month|year|weekend" are calendar periods; "the past N days" and "the past week"
   are rolling windows ending on the reference day.
 - "may", "march", "sat", "sun", "wed" (and "fall") count as date words only after a word such as
-  "in", "on", "last" or "early", so "Where may Alice work?" has no window.
+  "in", "on", "last" or "early", or before a number, so "Where may Alice work?" has no window.
+  "hier" is the French "yesterday" unless the query looks German ("Was ist hier passiert?").
+- Chinese: "N天前" is that day; "N周前", "N个月前" and "N年前" are the calendar week, month and
+  year that held the day N units back; "最近N天" is a rolling window; a bare weekday (周三) is the
+  latest one, today included; a month or quarter without a year is the latest one that has started.
 - Only the first ``MAX_QUERY_CHARS`` characters are analysed (the engine cuts queries to 500 tokens
   anyway) and the date finder sees only the first ``MAX_FINDER_CHARS``: cost grows with length.
 """
@@ -38,7 +42,7 @@ import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, time
 
-from ._timerules import Ctx, Span, alt, find_span
+from ._timerules import Ctx, Span, alt, false_friend, find_span
 from ._timerules_cjk import find_cjk_span
 from ._timewords import (
     AMBIGUOUS,
@@ -154,7 +158,7 @@ def _finder_day(text: str, reference: datetime, languages: Sequence[str] | None)
     for phrase, when in found or ():
         at = snippet.find(phrase, cursor)
         cursor = at + len(phrase) if at >= 0 else cursor
-        if at >= 0 and _inside_cjk_word(snippet, at, at + len(phrase)):
+        if (at >= 0 and _inside_cjk_word(snippet, at, at + len(phrase))) or false_friend(phrase, snippet):
             continue
         key = (score_match(phrase), len(phrase))
         if key[0] > 0 and key > best:
