@@ -152,3 +152,27 @@ def test_plugins_command_json(load: str | None, expect_native: bool) -> None:
     assert CORE_ITEMS <= names
     assert (("native", "text_search") in names) is expect_native
     assert all({"name", "kind", "distribution", "version", "status", "error"} <= set(i) for i in items)
+
+
+async def test_switching_backend_on_a_populated_database_fails_with_instructions(make_settings: Any, engine: Engine,
+                                                                                 alice: str) -> None:
+    from hindsight_recall_native import NativeBackend
+
+    from hindsight_recall import ConfigError
+
+    class OtherBackend(NativeBackend):
+        """The native backend under another name."""
+
+        name = "other_native"
+
+    class Plugin:
+        @hookimpl
+        def register_text_search_backends(self, register: Any) -> None:
+            register(OtherBackend)
+
+    manager = get_plugin_manager()
+    manager.register_plugin(Plugin(), "other", "test", "0")
+    with pytest.raises(ConfigError, match="already holds memories"):
+        async with Engine(make_settings(text_search_extension="other_native"), plugins=manager):
+            pass
+    assert (await engine.recall(alice, "Alice"))["results"]  # the database is untouched
