@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.textsearch import INDEX, bigram_cjk_runs, query_terms
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -16,28 +16,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-# Han (with iteration marks and compatibility ideographs), Kana and Hangul. These scripts do not
-# separate words with spaces, so the default parser would index a whole sentence as one lexeme.
-_CJK_RUN = re.compile(
-    "["
-    "\u1100-\u11ff"  # Hangul Jamo
-    "\u3005\u3007"  # ideographic iteration mark, ideographic zero
-    "\u3041-\u309f"  # Hiragana
-    "\u30a0-\u30ff"  # Katakana
-    "\u3130-\u318f"  # Hangul compatibility Jamo
-    "\u31f0-\u31ff"  # Katakana phonetic extensions
-    "\u3400-\u4dbf"  # CJK extension A
-    "\u4e00-\u9fff"  # CJK unified ideographs
-    "\ua960-\ua97f"  # Hangul Jamo extended A
-    "\uac00-\ud7af"  # Hangul syllables
-    "\ud7b0-\ud7ff"  # Hangul Jamo extended B
-    "\uf900-\ufaff"  # CJK compatibility ideographs
-    "\uff66-\uff9f"  # halfwidth Katakana
-    "\uffa0-\uffdc"  # halfwidth Hangul
-    "\U00020000-\U000323af"  # CJK extensions B-H
-    "]+"
-)
 
 # Document frequency per query lexeme, from the planner statistics of search_vector. Lexemes
 # missing from most_common_elems are rare, so they count as frequency 0.
@@ -54,40 +32,6 @@ SELECT terms.ord, terms.token, terms.lexeme,
        COALESCE((SELECT stats.freqs[array_position(stats.elems, terms.lexeme)] FROM stats), 0) AS freq
 FROM terms ORDER BY terms.ord
 """
-
-
-def cjk_bigrams(run: str) -> list[str]:
-    """Overlapping bigrams of a run of CJK characters; a single character stays as it is.
-
-    :param run: characters that all match the CJK pattern.
-    """
-    if len(run) < 2:
-        return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
-
-
-def bigram_cjk_runs(text: str) -> str:
-    """Replace every CJK run in ``text`` by its space-separated bigrams, set apart by spaces.
-
-    :param text: any text.
-    """
-    return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group())) + " ", text)
-
-
-def query_terms(tokens: Sequence[str]) -> list[str]:
-    """Distinct search terms of the query tokens, in order; CJK runs become bigrams.
-
-    Anything that is not a letter, mark, digit or underscore splits a token, so no term can carry
-    tsquery syntax (quotes, operators, NUL) even if a caller passes raw text.
-
-    :param tokens: the lower-cased word tokens of the query.
-    """
-    terms: list[str] = []
-    for token in tokens:
-        cleaned = "".join(ch if ch == "_" or unicodedata.category(ch)[0] in "LMN" else " " for ch in token)
-        for piece in bigram_cjk_runs(cleaned.lower()).split():
-            terms.append(piece)
-    return list(dict.fromkeys(terms))
 
 
 class NativeSettings(BaseSettings):
@@ -133,8 +77,7 @@ class NativeBackend:
 
     def index_statements(self) -> Sequence[str]:
         return (
-            "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search "
-            "ON memory_units USING gin (search_vector)",
+            f"CREATE INDEX IF NOT EXISTS {INDEX} ON memory_units USING gin (search_vector)",
         )
 
     def prepare_document(self, document: str) -> str:

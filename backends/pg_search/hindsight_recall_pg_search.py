@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hindsight_recall.errors import ConfigError
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.textsearch import INDEX, ExtensionBackend
+from hindsight_recall.textsearch import query_terms as word_terms
 from pydantic import ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-INDEX = "idx_memory_units_text_search"
 VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_TOKENIZER"
 #: The indexed text fields; each gets one match query in the arm.
 FIELDS = ("text", "context", "text_signals")
@@ -81,11 +81,7 @@ def query_terms(tokens: Sequence[str], max_terms: int) -> list[str]:
     :param tokens: the lower-cased word tokens of the query.
     :param max_terms: ``BM25_MAX_QUERY_TERMS``.
     """
-    terms: list[str] = []
-    for token in tokens:
-        cleaned = "".join(ch if ch == "_" or unicodedata.category(ch)[0] in "LMN" else " " for ch in token)
-        terms.extend(cleaned.lower().split())
-    unique = list(dict.fromkeys(terms))
+    unique = word_terms(tokens, bigrams=False)
     return unique[:max_terms] if max_terms else unique
 
 
@@ -114,28 +110,19 @@ def load_settings() -> PgSearchSettings:
         raise ConfigError(messages) from None
 
 
-class PgSearchBackend:
+class PgSearchBackend(ExtensionBackend):
     """ParadeDB BM25: match queries on text, context and text_signals, ranked by paradedb.score."""
 
     name = "pg_search"
+    extensions = ("pg_search",)
     citus_compatible = True
-    supports_cjk = False
 
     def __init__(self, settings: Settings | None = None, config: PgSearchSettings | None = None) -> None:
+        super().__init__(settings)
         self.config = config or load_settings()
         self.tokenizer = self.config.tokenizer
         self.supports_cjk = handles_cjk(self.tokenizer)
         self.max_terms = settings.bm25_max_query_terms if settings else 16
-
-    def install_statements(self) -> Sequence[str]:
-        return ("CREATE EXTENSION IF NOT EXISTS pg_search",)
-
-    def session_statements(self) -> Sequence[str]:
-        return ()
-
-    def column_type(self) -> str:
-        # A dummy: the bm25 index covers the base columns.
-        return "text"
 
     def index_statements(self) -> Sequence[str]:
         fields = [f"({f}::pdb.{self.tokenizer})" if self.tokenizer else f for f in FIELDS]
@@ -143,12 +130,6 @@ class PgSearchBackend:
             f"CREATE INDEX IF NOT EXISTS {INDEX} ON memory_units "
             f"USING bm25 (id, {', '.join(fields)}) WITH (key_field = 'id')",
         )
-
-    def prepare_document(self, document: str) -> str:
-        return document
-
-    def write_expression(self, document_sql: str) -> str:
-        return "NULL::text"
 
     async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
         terms = query_terms(tokens, self.max_terms)

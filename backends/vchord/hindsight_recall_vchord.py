@@ -6,14 +6,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.textsearch import INDEX, ExtensionBackend
 
 if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
-    from sqlalchemy.ext.asyncio import AsyncConnection
 
 #: The pg_tokenizer tokenizer (and pre-trained model) both the documents and the queries go through.
 TOKENIZER = "llmlingua2"
-INDEX = "idx_memory_units_text_search"
 
 # create_tokenizer fails on an existing name, so the migration checks the catalog first.
 _CREATE_TOKENIZER = f"""DO $$
@@ -25,27 +24,14 @@ END
 $$"""
 
 
-def query_text(query: str, tokens: Sequence[str]) -> str | None:
-    """The raw query for the tokenizer, or ``None`` when it has no word to search for.
-
-    :param query: the normalised query string.
-    :param tokens: its lower-cased word tokens.
-    """
-    if not any(token.strip() for token in tokens):
-        return None
-    # PostgreSQL text cannot hold NUL; everything else is data in a bound parameter.
-    text = query.replace("\x00", " ").strip()
-    return text or None
-
-
-class VchordBackend:
+class VchordBackend(ExtensionBackend):
     """VectorChord-BM25 ranking over llmlingua2 tokens (bm25vector column, bm25 index)."""
 
     name = "vchord"
-    citus_compatible = False
     supports_cjk = True
 
     def __init__(self, settings: Settings | None = None) -> None:
+        super().__init__(settings)
         # Settings validate the schema as a plain identifier, so it can be inlined.
         self.schema = settings.database_schema if settings else "public"
 
@@ -70,14 +56,8 @@ class VchordBackend:
             "ON memory_units USING bm25 (search_vector bm25_catalog.bm25_ops)",
         )
 
-    def prepare_document(self, document: str) -> str:
-        return document
-
     def write_expression(self, document_sql: str) -> str:
         return f"tokenizer_catalog.tokenize({document_sql}, '{TOKENIZER}')::bm25_catalog.bm25vector"
-
-    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
-        return query_text(query, tokens)
 
     def score_sql(self) -> str:
         """The BM25 score of a row (higher is better); ``<&>`` yields it negated."""

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hindsight_recall.errors import MissingSetting
 from hindsight_recall.hookspecs import Register, hookimpl
-from hindsight_recall.http import RerankAPI, RerankHTTP
+from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, required_secret
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -33,11 +31,10 @@ class CohereSettings(BaseSettings):
     timeout: float = Field(default=60, gt=0)
 
 
-class CohereReranker:
+class CohereReranker(HTTPReranker):
     """Relevance scores from Cohere's rerank API (v2) or a Cohere-compatible endpoint."""
 
     name = "cohere"
-    passthrough = False
 
     def __init__(self, settings: Settings | None = None, config: CohereSettings | None = None) -> None:
         """Check the settings; nothing is sent before :meth:`score`.
@@ -46,9 +43,7 @@ class CohereReranker:
         :param config: this plugin's settings; read from the environment when omitted.
         """
         self.config = config or CohereSettings()
-        key = self.config.api_key.get_secret_value() if self.config.api_key else ""
-        if not key:
-            raise MissingSetting("HINDSIGHT_API_RERANKER_COHERE_API_KEY", "the Cohere API key")
+        key = required_secret(self.config.api_key, "HINDSIGHT_API_RERANKER_COHERE_API_KEY", "the Cohere API key")
         self._http = RerankHTTP(
             replace(API, extra={"model": self.config.model}),
             self.config.base_url or DEFAULT_URL,
@@ -56,19 +51,6 @@ class CohereReranker:
             headers={"Authorization": f"Bearer {key}"},
             send_bank_header=settings.reranker_send_bank_as_header if settings else False,
         )
-
-    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
-        """Score every document in one request; raw scores in input order.
-
-        :param query: the recall query.
-        :param documents: the pair texts.
-        :param bank_id: the bank, sent as a header when configured.
-        """
-        return await self._http.score(query, documents, bank_id=bank_id)
-
-    async def close(self) -> None:
-        """Close the connection pool."""
-        await self._http.close()
 
 
 @hookimpl

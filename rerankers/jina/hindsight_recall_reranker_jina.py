@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hindsight_recall.errors import MissingSetting
 from hindsight_recall.hookspecs import Register, hookimpl
-from hindsight_recall.http import RerankAPI, RerankHTTP
+from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, required_secret
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -31,11 +30,10 @@ class JinaSettings(BaseSettings):
     timeout: float = Field(default=60, gt=0)
 
 
-class JinaReranker:
+class JinaReranker(HTTPReranker):
     """Relevance scores from Jina AI's rerank API."""
 
     name = "jina"
-    passthrough = False
 
     def __init__(self, settings: Settings | None = None, config: JinaSettings | None = None) -> None:
         """Check the settings; nothing is sent before :meth:`score`.
@@ -44,9 +42,7 @@ class JinaReranker:
         :param config: this plugin's settings; read from the environment when omitted.
         """
         self.config = config or JinaSettings()
-        key = self.config.api_key.get_secret_value() if self.config.api_key else ""
-        if not key:
-            raise MissingSetting("HINDSIGHT_API_RERANKER_JINA_API_KEY", "the Jina AI API key")
+        key = required_secret(self.config.api_key, "HINDSIGHT_API_RERANKER_JINA_API_KEY", "the Jina AI API key")
         if not self.config.base_url:
             raise MissingSetting(
                 "HINDSIGHT_API_RERANKER_JINA_BASE_URL", "the API's base URL, e.g. https://api.jina.ai"
@@ -58,19 +54,6 @@ class JinaReranker:
             headers={"Authorization": f"Bearer {key}"},
             send_bank_header=settings.reranker_send_bank_as_header if settings else False,
         )
-
-    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
-        """Score every document in one request; raw scores in input order.
-
-        :param query: the recall query.
-        :param documents: the pair texts.
-        :param bank_id: the bank, sent as a header when configured.
-        """
-        return await self._http.score(query, documents, bank_id=bank_id)
-
-    async def close(self) -> None:
-        """Close the connection pool."""
-        await self._http.close()
 
 
 @hookimpl

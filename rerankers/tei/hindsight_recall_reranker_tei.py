@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hindsight_recall.errors import MissingSetting, RerankerError, RerankerHTTPError
 from hindsight_recall.hookspecs import Register, hookimpl
-from hindsight_recall.http import RerankAPI, RerankHTTP, RetryPolicy
+from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, RetryPolicy
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -36,11 +35,10 @@ class TEISettings(BaseSettings):
     http_timeout: float = Field(default=30, gt=0)
 
 
-class TEIReranker:
+class TEIReranker(HTTPReranker):
     """Cross-encoder scores from a Text Embeddings Inference server."""
 
     name = "tei"
-    passthrough = False
 
     def __init__(self, settings: Settings | None = None, config: TEISettings | None = None) -> None:
         """Check the settings; nothing is sent before :meth:`start` or :meth:`score`.
@@ -82,19 +80,6 @@ class TEIReranker:
                 f"tei: GET {url}: malformed body, expected an object with a string 'model_id'"
             )
         self.model_id = model_id
-
-    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
-        """Score every document in batches of ``BATCH_SIZE``; raw scores in input order.
-
-        :param query: the recall query.
-        :param documents: the pair texts.
-        :param bank_id: the bank, sent as a header when configured.
-        """
-        return await self._http.score(query, documents, bank_id=bank_id)
-
-    async def close(self) -> None:
-        """Close the connection pool."""
-        await self._http.close()
 
 
 @hookimpl

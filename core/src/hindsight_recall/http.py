@@ -14,11 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import httpx
 
-from .errors import RerankerHTTPError
+from .errors import MissingSetting, RerankerHTTPError
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
 
 BANK_HEADER = "X-Hindsight-Bank-Id"
 _KEY_HINT = {401: "; check the API key", 403: "; check the API key"}
@@ -252,6 +255,40 @@ class RerankHTTP:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+
+
+class HTTPReranker:
+    """The shared body of remote rerankers: scoring and closing go through one :class:`RerankHTTP`."""
+
+    name: str = ""
+    passthrough = False
+    _http: RerankHTTP
+
+    async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
+        """Score every document; raw scores in input order.
+
+        :param query: the recall query.
+        :param documents: the pair texts.
+        :param bank_id: the bank, sent as a header when configured.
+        """
+        return await self._http.score(query, documents, bank_id=bank_id)
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._http.close()
+
+
+def required_secret(secret: SecretStr | None, variable: str, what: str) -> str:
+    """The secret's value, or :class:`MissingSetting` naming the variable when it is unset or empty.
+
+    :param secret: the setting.
+    :param variable: its environment variable.
+    :param what: what it is, for the message.
+    """
+    value = secret.get_secret_value() if secret else ""
+    if not value:
+        raise MissingSetting(variable, what)
+    return value
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -1,0 +1,122 @@
+"""What text-search backends share: the index name, query terms, CJK bigrams and protocol defaults."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from .settings import Settings
+
+#: Every backend's index has this name (SPEC §6.2).
+INDEX = "idx_memory_units_text_search"
+
+# Han (with iteration marks and compatibility ideographs), Kana and Hangul. These scripts do not
+# separate words with spaces, so word-based tokenizers would see a whole sentence as one word.
+CJK_RUN = re.compile(
+    "["
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u3005\u3007"  # ideographic iteration mark, ideographic zero
+    "\u3041-\u309f"  # Hiragana
+    "\u30a0-\u30ff"  # Katakana
+    "\u3130-\u318f"  # Hangul compatibility Jamo
+    "\u31f0-\u31ff"  # Katakana phonetic extensions
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\ua960-\ua97f"  # Hangul Jamo extended A
+    "\uac00-\ud7af"  # Hangul syllables
+    "\ud7b0-\ud7ff"  # Hangul Jamo extended B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff66-\uff9f"  # halfwidth Katakana
+    "\uffa0-\uffdc"  # halfwidth Hangul
+    "\U00020000-\U000323af"  # CJK extensions B-H
+    "]+"
+)
+
+
+def cjk_bigrams(run: str) -> list[str]:
+    """Overlapping bigrams of a run of CJK characters; a single character stays as it is.
+
+    :param run: characters that all match :data:`CJK_RUN`.
+    """
+    if len(run) < 2:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def bigram_cjk_runs(text: str) -> str:
+    """Replace every CJK run in ``text`` by its space-separated bigrams, set apart by spaces.
+
+    :param text: any text.
+    """
+    return CJK_RUN.sub(lambda m: " " + " ".join(cjk_bigrams(m.group())) + " ", text)
+
+
+def query_terms(tokens: Sequence[str], *, bigrams: bool = True) -> list[str]:
+    """Distinct search terms of the query tokens, in order.
+
+    Anything that is not a letter, mark, digit or underscore splits a token, so no term can carry
+    query syntax (quotes, operators, NUL) even if a caller passes raw text.
+
+    :param tokens: the lower-cased word tokens of the query.
+    :param bigrams: turn CJK runs into overlapping bigrams, to meet bigram-indexed documents.
+    """
+    terms: list[str] = []
+    for token in tokens:
+        cleaned = "".join(ch if ch == "_" or unicodedata.category(ch)[0] in "LMN" else " " for ch in token)
+        cleaned = cleaned.lower()
+        terms.extend((bigram_cjk_runs(cleaned) if bigrams else cleaned).split())
+    return list(dict.fromkeys(terms))
+
+
+def raw_query_text(query: str, tokens: Sequence[str]) -> str | None:
+    """The raw query for backends that tokenize it themselves; ``None`` when it has no word.
+
+    :param query: the normalised query string.
+    :param tokens: its lower-cased word tokens.
+    """
+    if not any(token.strip() for token in tokens):
+        return None
+    # PostgreSQL text cannot hold NUL; everything else is data in a bound parameter.
+    text = query.replace("\x00", " ").strip()
+    return text or None
+
+
+class ExtensionBackend:
+    """Defaults for a backend whose index lives on base columns behind a dummy ``search_vector``.
+
+    Subclasses set ``name``, ``extensions`` and the capability flags, and write ``index_statements``
+    and ``arm_sql``; they override the rest where their extension differs.
+    """
+
+    name: str = ""
+    #: Extensions ``install_statements`` creates, in order.
+    extensions: tuple[str, ...] = ()
+    citus_compatible: bool = False
+    supports_cjk: bool = False
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings
+
+    def install_statements(self) -> Sequence[str]:
+        return tuple(f"CREATE EXTENSION IF NOT EXISTS {ext}" for ext in self.extensions)
+
+    def session_statements(self) -> Sequence[str]:
+        return ()
+
+    def column_type(self) -> str:
+        # A dummy column: the index covers memory_units' own columns.
+        return "text"
+
+    def prepare_document(self, document: str) -> str:
+        return document
+
+    def write_expression(self, document_sql: str) -> str:
+        return "NULL::text"
+
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+        return raw_query_text(query, tokens)
