@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -103,8 +104,12 @@ class LimitedConnections:
     def __init__(self, db: Database, n: int) -> None:
         self.db = db
         self._slots = asyncio.Semaphore(n)
+        #: Seconds spent waiting for a slot or a pooled connection, summed (a trace diagnostic).
+        self.waited = 0.0
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
+        started = time.perf_counter()
         async with self._slots, self.db.connect() as conn:
+            self.waited += time.perf_counter() - started
             yield conn

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -107,13 +108,15 @@ class Engine:
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
-            ``prefer_observations``, ``reranking``, ``trace`` (see :func:`~hindsight_recall.request.build_request`).
+            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace`` (see :func:`~hindsight_recall.request.build_request`).
         """
         request = build_request(bank_id, query, **options)
+        queued = time.perf_counter()
         async with self._recalls:
+            waited = time.perf_counter() - queued
             for attempt, delay in enumerate((*RETRY_DELAYS, None)):
                 try:
-                    return await run_recall(self, request)
+                    return await run_recall(self, request, waited)
                 except (asyncio.TimeoutError, TimeoutError) as exc:
                     raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_COMMAND_TIMEOUT)") from exc
                 except DBAPIError as exc:

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Mapping, Sequence
 
 from .types import ArmResult, Candidate, Hit
+
+log = logging.getLogger(__name__)
 
 RRF_K = 60
 #: Fixed arm order inside RRF; arms not listed come after, in registration order.
 ARM_ORDER = ("semantic", "keyword", "graph", "temporal")
 BOOST_DIVISORS = {"low": 2, "medium": 4, "high": 8}
+#: Stage-2 boost per level: (amplitude a, decay d) of ``a × d/(d + r − 1)`` (SPEC §9.5).
+RANK_BOOSTS = {"low": (0.05, 2), "medium": (0.2, 4), "high": (0.5, 8)}
+#: Strategy names users write -> arm names.
+STRATEGIES = {"semantic": "semantic", "bm25": "keyword", "keyword": "keyword", "graph": "graph", "temporal": "temporal"}
+
+
+@functools.cache
+def parse_boosts(raw: str) -> dict[str, str]:
+    """Parse ``RECALL_STRATEGY_BOOSTS`` (``arm[:level],…``); bad entries are logged once and ignored.
+
+    :param raw: e.g. ``"graph:high, bm25"`` (a missing level means ``medium``).
+    """
+    boosts: dict[str, str] = {}
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        strategy, _, level = (p.strip() for p in entry.partition(":"))
+        level = level or "medium"
+        if strategy not in STRATEGIES or level not in BOOST_DIVISORS:
+            log.warning(
+                "HINDSIGHT_API_RECALL_STRATEGY_BOOSTS: ignoring %r (strategies: semantic, bm25, graph, temporal; "
+                "levels: low, medium, high)", entry,
+            )
+            continue
+        boosts[STRATEGIES[strategy]] = level
+    return boosts
 
 
 def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str, list[Hit]]:
@@ -70,3 +100,29 @@ def cap_candidates(
     else:
         kept = candidates[:cap]
     return kept, len(candidates) - cap
+
+
+def add_rank_boosts(candidates: Sequence[Candidate], boosts: Mapping[str, str]) -> None:
+    """Add the decaying stage-2 boost to ``final``: ``a × d/(d + r − 1)``; temporal adds ``a`` flat."""
+    for cand in candidates:
+        for arm, level in boosts.items():
+            rank = cand.source_ranks.get(f"{arm}_rank")
+            if rank is None:
+                continue
+            amplitude, decay = RANK_BOOSTS[level]
+            cand.final += amplitude if arm == "temporal" else amplitude * decay / (decay + rank - 1)
+
+
+def interleave(lists: Mapping[str, Sequence[Hit]], candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Round-robin over the arms' lists skipping duplicates; ``rrf_score = n − position`` (SPEC §8.2)."""
+    by_id = {c.row.id: c for c in candidates}
+    order: list[Candidate] = []
+    seen: set[object] = set()
+    for depth in range(max((len(h) for h in lists.values()), default=0)):
+        for hits in lists.values():
+            if depth < len(hits) and hits[depth].row.id in by_id and hits[depth].row.id not in seen:
+                seen.add(hits[depth].row.id)
+                order.append(by_id[hits[depth].row.id])
+    for position, cand in enumerate(order):
+        cand.rrf_score = float(len(order) - position)
+    return order

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import banks
 from .filters import tag_filter
-from .fusion import arm_lists, cap_candidates, rrf_fuse
+from .fusion import add_rank_boosts, arm_lists, cap_candidates, interleave, parse_boosts, rrf_fuse
 from .packing import pack
 from .protocols import RetrievalContext
 from .request import RecallRequest
-from .response import build_response, empty_response
+from .response import build_response, empty_response, fetch_chunks
 from .scoring import apply_floors, combined, proof_score, recency
 from .trace import Trace
-from .types import ArmResult, Candidate
+from .timewindow import resolve_window
+from .types import ArmResult, Candidate, TimeWindow
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -25,9 +28,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def run_recall(engine: Engine, req: RecallRequest) -> dict[str, Any]:
-    """Answer one validated recall request."""
+async def run_recall(engine: Engine, req: RecallRequest, semaphore_wait: float = 0.0) -> dict[str, Any]:
+    """Answer one validated recall request.
+
+    :param engine: the open engine.
+    :param req: the validated request.
+    :param semaphore_wait: seconds the recall waited for a RECALL_MAX_CONCURRENT slot (a diagnostic).
+    """
     trace = Trace()
+    trace.add("semaphore_wait", semaphore_wait)
     settings = engine.settings
     with trace.phase("backend_acquisition"):
         async with engine.db.connect() as conn:
@@ -43,8 +52,9 @@ async def run_recall(engine: Engine, req: RecallRequest) -> dict[str, Any]:
         embedding = (await engine.embedder.embed([req.query], mode="query"))[0]
 
     with trace.phase("temporal_extraction") as details:
-        window = req.temporal_window if config.enable_temporal_retrieval else None
+        window = await _window(req, config, now)
         details["window"] = None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+        details["source"] = "request" if req.temporal_window else "query"
 
     ctx = RetrievalContext(
         bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=embedding, fact_types=req.types,
@@ -55,6 +65,7 @@ async def run_recall(engine: Engine, req: RecallRequest) -> dict[str, Any]:
     with trace.phase("parallel_retrieval") as details:
         results = await _retrieve(engine, ctx)
         details.update(_arm_counts(results))
+    trace.add("connection_wait", ctx.db.waited)
     for result in results:
         trace.add(f"retrieval_{result.arm}", result.duration_seconds, {"fact_type": result.fact_type, "count": len(result.hits)})
 
@@ -62,30 +73,68 @@ async def run_recall(engine: Engine, req: RecallRequest) -> dict[str, Any]:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
         candidates = rrf_fuse(lists)
         details["candidates"] = len(candidates)
+    boosts = parse_boosts(config.recall_strategy_boosts)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
-        before = len(candidates)
-        candidates, dropped = cap_candidates(candidates, cap)
-        details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=None,
-                       arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists},
-                       before=before)
+        candidates, dropped = cap_candidates(candidates, cap, boosts)
+        details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=boosts or None,
+                       arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists})
 
     with trace.phase("reranking") as details:
-        passthrough = req.reranking == "rrf" or not config.enable_reranking
-        details.update(await engine.rerank.run(req.query, candidates, req.bank_id, passthrough))
+        passthrough = req.reranking != "cross_encoder" or not config.enable_reranking
+        rerank_details = await engine.rerank.run(req.query, candidates, req.bank_id, passthrough)
+        details.update(rerank_details)
+        if req.reranking == "interleave":
+            candidates = interleave(lists, candidates)
     with trace.phase("combined_scoring"):
-        _score(candidates, now, config)
-        candidates.sort(key=lambda c: -c.final)
+        if req.reranking == "interleave":  # the interleave order is final (SPEC §9.3)
+            for c in candidates:
+                c.final = c.rrf_score
+        else:
+            _score(candidates, now, config)
+            if boosts and not rerank_details.get("passthrough"):  # SPEC §9.5: not for passthrough
+                add_rank_boosts(candidates, boosts)
+            candidates.sort(key=lambda c: -c.final)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
 
     with trace.phase("prefer_observations_dedup"):
         candidates = _prefer_observations(req, candidates, 2 * limit)
     top = candidates[: 2 * limit]
+    chunks: dict[str, Any] | None = None
+    if req.include_chunks is not None:  # from the truncated list, before packing (SPEC §10.3)
+        with trace.phase("chunk_fetch") as details:
+            chunks = await fetch_chunks(engine, req, top)
+            details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         packed, used, truncated = pack(top, req.max_tokens, lambda c: engine.tokens.count(c.row.text))
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
-    return await build_response(engine, req, packed, top, truncated, trace, limit=limit, embedding=embedding,
+    return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
                                 window=window, lists=lists, ranked=candidates)
+
+
+async def _window(req: RecallRequest, config: Any, now: datetime) -> TimeWindow | None:
+    """The request's window, else one read from the query, off the event loop (SPEC §7)."""
+    if not config.enable_temporal_retrieval:
+        return None
+    if req.temporal_window is not None:
+        return req.temporal_window
+    languages = [x.strip() for x in config.query_analyzer_languages.split(",") if x.strip()] or None
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_date_worker(), _resolve, req.query, now, languages)
+
+
+def _resolve(query: str, now: datetime, languages: list[str] | None) -> TimeWindow | None:
+    try:
+        return resolve_window(query, now, languages=languages)
+    except Exception:  # date analysis is best effort: no window rather than a failed recall
+        log.exception("date analysis failed for a query; continuing without a window")
+        return None
+
+
+@functools.cache
+def _date_worker() -> ThreadPoolExecutor:
+    # One worker: date parsing is CPU-bound, and dateparser's caches are not built for threads.
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hindsight-dates")
 
 
 def _cap_query(engine: Engine, req: RecallRequest) -> RecallRequest:

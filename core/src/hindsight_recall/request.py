@@ -34,6 +34,8 @@ class RecallRequest:
     min_scores: Mapping[str, float] = field(default_factory=dict)
     include_entities: int | None = 500
     include_chunks: int | None = None
+    include_source_facts: int | None = None
+    source_facts_per_observation: int = -1
     prefer_observations: bool = False
     reranking: str = "cross_encoder"
     trace: bool = False
@@ -128,6 +130,8 @@ def build_request(
     min_scores: Mapping[str, float] | None = None,
     include_entities: int | None = 500,
     include_chunks: int | None = None,
+    include_source_facts: int | None = None,
+    source_facts_per_observation: int = -1,
     prefer_observations: bool = False,
     reranking: str = "cross_encoder",
     trace: bool = False,
@@ -154,9 +158,14 @@ def build_request(
         window = TimeWindow(start, end)
     if reranking not in ("cross_encoder", "rrf", "interleave"):
         raise InvalidRequest("reranking", f"{reranking!r} is not one of cross_encoder, rrf, interleave")
-    for name, budget_tokens in (("include.entities", include_entities), ("include.chunks", include_chunks)):
-        if budget_tokens is not None and (not isinstance(budget_tokens, int) or budget_tokens < 0):
+    for name, budget_tokens in (("include.entities", include_entities), ("include.chunks", include_chunks),
+                                ("include.source_facts", include_source_facts)):
+        if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)
+                                          or budget_tokens < 0):
             raise InvalidRequest(f"{name}.max_tokens", "must be a non-negative integer")
+    if isinstance(source_facts_per_observation, bool) or not isinstance(source_facts_per_observation, int) \
+            or source_facts_per_observation < -1:
+        raise InvalidRequest("include.source_facts.max_tokens_per_observation", "must be -1 (unlimited) or >= 0")
     return RecallRequest(
         bank_id=bank_id,
         query=query,
@@ -171,6 +180,8 @@ def build_request(
         min_scores=_min_scores(min_scores),
         include_entities=include_entities,
         include_chunks=include_chunks,
+        include_source_facts=include_source_facts,
+        source_facts_per_observation=source_facts_per_observation,
         prefer_observations=bool(prefer_observations),
         reranking=reranking,
         trace=bool(trace),

@@ -38,38 +38,76 @@ def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mappi
 
 
 async def build_response(
-    engine: Engine, req: RecallRequest, packed: list[Candidate], top: list[Candidate], truncated: bool,
+    engine: Engine, req: RecallRequest, packed: list[Candidate], chunks_json: dict[str, Any] | None, truncated: bool,
     trace: Trace, *, limit: int, embedding: Sequence[float], window: TimeWindow | None,
     lists: Mapping[str, Sequence[Hit]], ranked: list[Candidate],
 ) -> dict[str, Any]:
     """Fetch what the packed results need (entities, chunks, source ids) and assemble the body."""
     entity_map: dict[uuid.UUID, list[str]] | None = None
     entities_json: dict[str, Any] | None = None
-    chunks_json: dict[str, Any] | None = None
-    external: dict[uuid.UUID, str] = {}
-    async with engine.db.connect() as conn:
-        sources = sorted({s for c in packed for s in c.row.source_memory_ids})
+    source_json: dict[str, Any] | None = None
+    source_truncated: bool | None = None
+    with trace.phase("source_fact_fetch") as details:
+        sources = list(dict.fromkeys(s for c in packed for s in c.row.source_memory_ids))
+        rows: dict[uuid.UUID, MemoryRow] = {}
         if sources:
-            rows = await conn.execute(text("SELECT id, external_id FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
-                                      {"bank": req.bank_id, "ids": sources})
-            external = {r.id: r.external_id for r in rows}
-        if req.include_chunks is not None:
-            with trace.phase("chunk_fetch"):
-                chunks_json = await _chunks(conn, engine, req, top)
-        if req.include_entities is not None:
-            with trace.phase("entity_build"):
+            async with engine.db.connect() as conn:
+                rows = await _rows_by_id(conn, req.bank_id, sources)
+        if req.include_source_facts is not None:
+            source_json, source_truncated = _source_facts(engine, req, packed, rows)
+            details.update(source_facts=len(source_json), truncated=source_truncated)
+    external = {uid: row.external_id for uid, row in rows.items()}
+    if req.include_entities is not None:
+        with trace.phase("entity_build"):
+            async with engine.db.connect() as conn:
                 entity_map, entities_json = await _entities(conn, engine, req, packed)
+    trace.finish()
     body: dict[str, Any] = {
         "results": [result_json(c, external, entity_map) for c in packed],
         "results_truncated": truncated,
         "entities": entities_json,
         "chunks": chunks_json,
-        "source_facts": None,
+        "source_facts": source_json,
         "trace": None,
     }
+    if req.include_source_facts is not None:
+        body["source_facts_truncated"] = source_truncated
     if req.trace:
         body["trace"] = _trace(req, trace, limit, embedding, window, lists, ranked, len(packed))
     return body
+
+
+async def _rows_by_id(conn: Any, bank_id: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
+    from .arms._rows import row_from
+    from .schema import ROW_COLUMNS
+
+    result = await conn.execute(text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
+                                {"bank": bank_id, "ids": ids})
+    return {m["id"]: row_from(m) for m in result.mappings()}
+
+
+def _source_facts(engine: Engine, req: RecallRequest, packed: list[Candidate],
+                  rows: Mapping[uuid.UUID, MemoryRow]) -> tuple[dict[str, Any], bool]:
+    """Sources of packed observations in rank order, within the total and per-observation budgets (§10.5)."""
+    budget, per_obs = req.include_source_facts or 0, req.source_facts_per_observation
+    out: dict[str, Any] = {}
+    truncated = False
+    for cand in packed:
+        spent = 0
+        for uid in cand.row.source_memory_ids:
+            row = rows.get(uid)
+            if row is None or row.external_id in out:
+                continue
+            cost = engine.tokens.count(row.text)
+            if cost > budget or (per_obs >= 0 and spent + cost > per_obs):
+                truncated = True
+                continue
+            budget -= cost
+            spent += cost
+            fact = result_json(Candidate(row=row, rrf_score=0.0), {}, None)
+            fact.pop("scores")
+            out[row.external_id] = fact
+    return out, truncated
 
 
 def empty_response(req: RecallRequest, trace: Trace) -> dict[str, Any]:
@@ -116,15 +154,16 @@ async def _entities(conn: Any, engine: Engine, req: RecallRequest, packed: list[
     return per_unit, out
 
 
-async def _chunks(conn: Any, engine: Engine, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
+async def fetch_chunks(engine: Engine, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
     """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops (§10.3)."""
     order = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id))
     if not order:
         return {}
-    rows = await conn.execute(
-        text("SELECT chunk_id, chunk_text, chunk_index FROM chunks WHERE bank_id = :bank AND chunk_id = ANY(:ids)"),
-        {"bank": req.bank_id, "ids": order},
-    )
+    async with engine.db.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT chunk_id, chunk_text, chunk_index FROM chunks WHERE bank_id = :bank AND chunk_id = ANY(:ids)"),
+            {"bank": req.bank_id, "ids": order},
+        )
     found = {r.chunk_id: r for r in rows}
     budget, out = req.include_chunks or 0, {}
     for chunk_id in order:

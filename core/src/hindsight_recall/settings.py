@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 PREFIX = "HINDSIGHT_API_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECAY_FUNCTIONS = ("linear", "exponential", "none")
+GRAPH_RETRIEVERS = ("link_expansion",)
 
 
 class BankSettings(BaseModel):
@@ -85,11 +86,19 @@ class Settings(BaseSettings, BankSettings):
     temporal_semantic_min_similarity: float = Field(0.1, ge=0, le=1)
     semantic_link_min_similarity: float = Field(0.7, ge=0, le=1)
 
+    # Graph arm
+    graph_retriever: str = "link_expansion"
+    link_expansion_per_entity_limit: int = Field(200, ge=1)
+    link_expansion_timeout: float = Field(10, gt=0)
+    link_expansion_max_entity_fraction: float = Field(0.2, gt=0, le=1)
+
     # Recall
     recall_max_concurrent: int = Field(32, ge=1)
     recall_connection_budget: int = Field(4, ge=1)
     recall_max_query_tokens: int = Field(500, ge=0)
     recall_max_candidates_per_source: int = Field(0, ge=0)
+    recall_strategy_boosts: str = ""
+    query_analyzer_languages: str = ""
     reranker_max_candidates: int = Field(300, ge=1)
     reranker_max_candidates_low: int = Field(0, ge=0)
     reranker_max_candidates_mid: int = Field(0, ge=0)
@@ -129,6 +138,18 @@ class Settings(BaseSettings, BankSettings):
                 PREFIX, value, ", ".join(DECAY_FUNCTIONS),
             )
             return "linear"
+        return value
+
+    @field_validator("graph_retriever")
+    @classmethod
+    def _graph_known(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in GRAPH_RETRIEVERS:
+            log.warning(
+                "%sGRAPH_RETRIEVER=%r is unknown (choices: %s); using 'link_expansion'",
+                PREFIX, value, ", ".join(GRAPH_RETRIEVERS),
+            )
+            return "link_expansion"
         return value
 
     @field_validator("text_search_extension", "reranker_provider", "embeddings_provider", "recall_budget_function")
