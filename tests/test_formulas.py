@@ -143,3 +143,10 @@ def test_fixed_budget(level: str, expected: int) -> None:
 def test_adaptive_budget(level: str, max_tokens: int, expected: int) -> None:
     assert AdaptiveBudget().resolve(Budget(level), max_tokens, Settings()) == expected
     assert math.isclose(expected, max(20, min(2000, round(max_tokens * {"low": 0.025, "mid": 0.075, "high": 0.25}[level]))))
+
+
+def test_rrf_k_is_configurable() -> None:
+    fused = rrf_fuse({"semantic": hits("a", "b"), "keyword": hits("b", "a")}, k=5)
+    assert fused[0].rrf_score == pytest.approx(1 / 6 + 1 / 7)
+    kept, _ = cap_candidates(rrf_fuse({"semantic": hits(*"abc"), "graph": hits("z")}, k=5), 2, {"graph": "high"}, k=5)
+    assert "z" in [c.row.external_id for c in kept]

@@ -23,8 +23,8 @@ WHERE = (
 )
 TSQUERY = "to_tsquery('english'::regconfig, :query_text)"
 ARM = (
-    f"(SELECT id, text, fact_type, ts_rank_cd(search_vector, {TSQUERY}) AS bm25_score FROM memory_units "
-    f"WHERE {WHERE} AND search_vector @@ {TSQUERY} AND ts_rank_cd(search_vector, {TSQUERY}) >= :min_score "
+    f"(SELECT id, text, fact_type, ts_rank(search_vector, {TSQUERY}) AS bm25_score FROM memory_units "
+    f"WHERE {WHERE} AND search_vector @@ {TSQUERY} AND ts_rank(search_vector, {TSQUERY}) >= :min_score "
     "ORDER BY bm25_score DESC, id LIMIT :limit)"
 )
 TERM_FREQUENCIES = """
@@ -208,3 +208,11 @@ async def test_zero_cap_is_unlimited() -> None:
     tokens = [f"t{i}" for i in range(40)]
     query = await backend(bm25_max_query_terms=0).prepare_query("", tokens, FakeConnection(fail=True))
     assert query is not None and query.count("|") == 39
+
+
+def test_reference_ranking_function_is_available() -> None:
+    b = NativeBackend(None, NativeSettings(rank="ts_rank_cd"))
+    assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM.replace("ts_rank(", "ts_rank_cd(")
+    parse_statement(b.arm_sql(columns=COLUMNS, where=WHERE))
+    with pytest.raises(ValidationError):
+        NativeSettings(rank="bm25")

@@ -49,9 +49,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def run_locomo(
     engine: Any, memories: Path, queries: Path, *, budget: str = "mid", max_tokens: int = 4096,
-    out: Path | None = None, echo: Callable[[str], None] = print,
+    out: Path | None = None, echo: Callable[[str], None] = print, per_arm: bool = False,
 ) -> dict[str, Any]:
-    """Retain every conversation into a fresh bank, recall each question, print and return the metrics."""
+    """Retain every conversation into a fresh bank, recall each question, print and return the metrics.
+
+    With ``per_arm``, each arm's own ranking (read from the trace) is scored too, in the same run.
+    """
     batches: dict[str, list[Any]] = defaultdict(list)
     lines: dict[str, list[int]] = defaultdict(list)
     for bank_id, line, memory in read_jsonl(memories):
@@ -59,6 +62,7 @@ async def run_locomo(
         lines[bank_id].append(line)
     questions = [json.loads(x) for x in queries.read_text(encoding="utf-8").splitlines() if x.strip()]
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+    arm_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     latencies: list[float] = []
     skipped = 0
     async with engine:
@@ -73,7 +77,7 @@ async def run_locomo(
             for i, q in enumerate(questions, start=1):
                 started = time.perf_counter()
                 body = await engine.recall(q["bank"], q["question"], budget=budget, max_tokens=max_tokens,
-                                           include_entities=None)
+                                           include_entities=None, trace=per_arm)
                 latencies.append(time.perf_counter() - started)
                 ranked = [r["id"] for r in body["results"]]
                 if run_file:
@@ -82,12 +86,16 @@ async def run_locomo(
                     skipped += 1
                     continue
                 rows[q.get("category_name", str(q.get("category")))].append(score_query(q["evidence"], ranked))
+                for arm, arm_ranked in (_arm_rankings(body) if per_arm else {}).items():
+                    arm_rows[arm].append(score_query(q["evidence"], arm_ranked))
                 if i % 100 == 0:
                     echo(f"  {i}/{len(questions)} queries")
         finally:
             if run_file:
                 run_file.close()
     metrics = summarise(rows)
+    for arm, arm_metrics in sorted(arm_rows.items()):
+        metrics[f"arm:{arm}"] = summarise({"ALL": arm_metrics})["ALL"]
     report = {
         "metrics": metrics, "skipped_no_evidence": skipped, "retain": stats.as_json(),
         "latency_ms": {"p50": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
@@ -98,10 +106,18 @@ async def run_locomo(
     return report
 
 
+def _arm_rankings(body: dict[str, Any]) -> dict[str, list[str]]:
+    """Each arm's own ranking over all fact types, by its score, from the trace."""
+    per_arm: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for block in body["trace"]["retrieval_results"]:
+        per_arm[block["method_name"]].extend((r["score"], r["node_id"]) for r in block["results"])
+    return {arm: [node for _, node in sorted(hits, key=lambda h: -h[0])] for arm, hits in per_arm.items()}
+
+
 def _print_table(report: dict[str, Any], echo: Callable[[str], None]) -> None:
     names = [f"hit_any@{k}" for k in KS] + [f"hit_all@{k}" for k in ALL_KS] + ["mrr"]
-    echo(f"{'category':14s} {'n':>4s} " + " ".join(f"{n:>10s}" for n in names))
+    echo(f"{'category':18s} {'n':>4s} " + " ".join(f"{n:>10s}" for n in names))
     for category, values in report["metrics"].items():
-        echo(f"{category:14s} {values['n']:4d} " + " ".join(f"{values[n]:10.3f}" for n in names))
+        echo(f"{category:18s} {values['n']:4d} " + " ".join(f"{values[n]:10.3f}" for n in names))
     echo(f"recall latency p50 {report['latency_ms']['p50']} ms, p95 {report['latency_ms']['p95']} ms; "
          f"{report['skipped_no_evidence']} queries without evidence skipped")

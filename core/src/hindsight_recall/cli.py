@@ -163,14 +163,42 @@ def bench() -> None:
 @click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write {qid, ids} lines here.")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Write the metrics as JSON here.")
-def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, out: Path | None, json_out: Path | None) -> None:
+@click.option("--per-arm", is_flag=True, help="Also score each arm's own ranking (from the trace).")
+def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, out: Path | None, json_out: Path | None,
+                 per_arm: bool) -> None:
     """Retain a LoCoMo-style split into fresh banks, recall every question and score the ranking."""
     from .bench_locomo import run_locomo
 
     report = run(lambda: run_locomo(open_engine(), memories, queries, budget=budget, max_tokens=max_tokens,
-                                    out=out, echo=click.echo))
+                                    out=out, echo=click.echo, per_arm=per_arm))
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
+
+
+@bench.command("scale")
+@click.option("--sizes", default="10000,100000", show_default=True, help="Comma list of bank sizes (10k, 1M allowed).")
+@click.option("--budget", "budgets", default="low,mid,high", show_default=True, help="Comma list of budgets to time.")
+@click.option("--embeddings", type=click.Choice(["random", "model"]), default="random", show_default=True,
+              help="Low-rank synthetic vectors, or the real embedding model (slow beyond ~20k).")
+@click.option("--concurrency", default="1,8,32", show_default=True, help="Comma list of concurrent recall counts.")
+@click.option("--queries", "query_count", type=click.IntRange(min=3), default=60, show_default=True,
+              help="Questions per budget and configuration.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-scale"), show_default=True)
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Write scale.png (needs matplotlib).")
+@click.option("--keep", is_flag=True, help="Keep each size's embedded database directory.")
+def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, query_count: int, seed: int,
+                out: Path, plot: bool, keep: bool) -> None:
+    """Ingest synthetic banks of each size; time ingest, recall per phase and concurrent recalls."""
+    from .bench_scale import ScaleOptions, int_list, run_scale
+
+    try:
+        options = ScaleOptions(sizes=int_list(sizes), budgets=[b for b in _split(budgets) or [] if b],
+                               embeddings=embeddings, concurrency=int_list(concurrency), queries=query_count,
+                               seed=seed, out=out, plot=plot, keep=keep)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    run(lambda: run_scale(options, echo=click.echo))
 
 
 def _split(value: str | None) -> list[str] | None:

@@ -90,13 +90,13 @@ def boosted_key(cand: Candidate, boosts: Mapping[str, str], k: int = RRF_K) -> f
 
 
 def cap_candidates(
-    candidates: list[Candidate], cap: int, boosts: Mapping[str, str] | None = None
+    candidates: list[Candidate], cap: int, boosts: Mapping[str, str] | None = None, k: int = RRF_K
 ) -> tuple[list[Candidate], int]:
     """Keep the ``cap`` best candidates by the boosted key; return them and how many were dropped."""
     if len(candidates) <= cap:
         return candidates, 0
     if boosts:
-        kept = sorted(candidates, key=lambda c: -boosted_key(c, boosts))[:cap]
+        kept = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k))[:cap]
     else:
         kept = candidates[:cap]
     return kept, len(candidates) - cap

@@ -71,12 +71,12 @@ async def run_recall(engine: Engine, req: RecallRequest, semaphore_wait: float =
 
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
-        candidates = rrf_fuse(lists)
+        candidates = rrf_fuse(lists, config.recall_rrf_k)
         details["candidates"] = len(candidates)
     boosts = parse_boosts(config.recall_strategy_boosts)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
-        candidates, dropped = cap_candidates(candidates, cap, boosts)
+        candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k)
         details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=boosts or None,
                        arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists})
 
