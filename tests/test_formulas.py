@@ -150,3 +150,13 @@ def test_rrf_k_is_configurable() -> None:
     assert fused[0].rrf_score == pytest.approx(1 / 6 + 1 / 7)
     kept, _ = cap_candidates(rrf_fuse({"semantic": hits(*"abc"), "graph": hits("z")}, k=5), 2, {"graph": "high"}, k=5)
     assert "z" in [c.row.external_id for c in kept]
+
+
+def test_graph_high_boost_keeps_the_heads_of_other_arms_in_the_cap() -> None:
+    lists = {"semantic": hits(*(f"s{i}" for i in range(100))), "keyword": hits(*(f"k{i}" for i in range(100))),
+             "graph": hits(*(f"g{i}" for i in range(300)))}
+    kept, dropped = cap_candidates(rrf_fuse(lists), 50, {"graph": "high"})
+    names = {c.row.external_id for c in kept}
+    assert dropped == 450
+    assert {f"s{i}" for i in range(5)} <= names and {f"k{i}" for i in range(5)} <= names
+    assert {f"g{i}" for i in range(20)} <= names  # the boosted arm still wins the middle
