@@ -16,7 +16,7 @@ from ..types import ArmResult, Hit, MemoryRow
 COLUMNS = ROW_COLUMNS
 
 
-def row_from(m: Mapping[str, Any]) -> MemoryRow:
+def row_from(m: Mapping[Any, Any]) -> MemoryRow:
     """Map a result row of :data:`COLUMNS` to a :class:`MemoryRow`."""
     return MemoryRow(
         id=m["id"],

@@ -1,0 +1,259 @@
+"""The temporal arm: memories dated inside the query's window, spread over it, then along links (SPEC §6.4).
+
+1. A pool per fact type: up to 60 rows whose dates touch the window, most similar first.
+2. Up to 10 entry points taken round-robin over 8 equal time buckets, so one busy week cannot
+   crowd out the rest of the window.
+3. Each row's proximity to the window's midpoint becomes its ``temporal_proximity``.
+4. Spreading from the entry points along temporal and causal links finds related rows that may lie
+   outside the window; their score is the activation they receive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..hookspecs import hookimpl
+from ..protocols import RetrievalContext
+from ..settings import Settings
+from ..types import ArmResult, Hit, MemoryRow, TimeWindow
+from ._rows import COLUMNS, base_params, row_from, run_union, where_for
+from .semantic import vector_literal
+
+log = logging.getLogger(__name__)
+
+POOL_LIMIT = 60
+BUCKETS = 8
+ENTRY_POINTS = 10
+MAX_ROUNDS = 5
+BATCH_SIZE = 20
+LINKS_PER_NODE = 10
+MIN_LINK_WEIGHT = 0.1
+DECAY = 0.7
+FRONTIER_MIN = 0.2
+ENTRY_NO_DATE = 0.5
+NEIGHBOUR_NO_DATE = 0.3
+#: link type -> how strongly activation crosses it; causal links carry more than mere closeness in time
+LINK_FACTORS: dict[str, float] = {
+    "causes": 2.0, "caused_by": 2.0, "enables": 1.5, "prevents": 1.5, "temporal": 1.0,
+}
+
+_DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
+# Written exactly as SPEC §6.4; each arm is a range on one partial (bank_id, fact_type, <col>) index.
+_TOUCHES_WINDOW = (
+    "((occurred_start IS NOT NULL AND occurred_end IS NOT NULL "
+    "AND occurred_start <= :window_end AND occurred_end >= :window_start) "
+    "OR mentioned_at BETWEEN :window_start AND :window_end "
+    "OR occurred_start BETWEEN :window_start AND :window_end "
+    "OR occurred_end BETWEEN :window_start AND :window_end)"
+)
+_LINK_TYPES = ", ".join(f"'{t}'" for t in LINK_FACTORS)
+
+
+def bucket_of(date: datetime | None, window: TimeWindow, buckets: int = BUCKETS) -> int:
+    """The time bucket of a date: ``clamp(floor(n × (d − s)/(e − s)), 0, n − 1)``.
+
+    :param date: the row's ``occurred_start ?? mentioned_at ?? occurred_end``.
+    :param window: the query's window.
+    :param buckets: how many equal buckets the window is split into.
+    """
+    span = (window.end - window.start).total_seconds()
+    if date is None or span <= 0:
+        return 0
+    index = int(buckets * (date - window.start).total_seconds() // span)
+    return min(max(index, 0), buckets - 1)
+
+
+def spread_over_time(pool: Sequence[Hit], window: TimeWindow, limit: int = ENTRY_POINTS) -> list[Hit]:
+    """Pick entry points that cover the window: the best of every bucket, then the second best, ...
+
+    :param pool: candidate hits whose ``score`` is the similarity to the query.
+    :param window: the query's window.
+    :param limit: how many entry points to keep; a pool this small is kept whole.
+    """
+    ranked = sorted(pool, key=lambda h: -h.score)
+    if len(ranked) <= limit:
+        return ranked
+    by_bucket: dict[int, list[Hit]] = {}
+    for hit in ranked:
+        by_bucket.setdefault(bucket_of(hit.row.date, window), []).append(hit)
+    # Buckets fill in similarity order, so walking them by their best row is "strongest first".
+    columns = sorted(by_bucket.values(), key=lambda hits: -hits[0].score)
+    picked: list[Hit] = []
+    for depth in range(max(len(c) for c in columns)):
+        for hits in columns:
+            if depth < len(hits):
+                picked.append(hits[depth])
+                if len(picked) == limit:
+                    return picked
+    return picked
+
+
+def proximity(row: MemoryRow, window: TimeWindow, no_date: float) -> float:
+    """How close a row lies to the window's midpoint: ``1 − min(|m − c| / (L/2), 1)``.
+
+    :param row: the memory; ``m`` is the midpoint of its occurrence, else the date it has.
+    :param window: the query's window (``L`` is its length).
+    :param no_date: the value for a row without any date.
+    """
+    start, end = row.occurred_start, row.occurred_end
+    if start is not None and end is not None:
+        moment: datetime | None = start + (end - start) / 2
+    else:
+        moment = start or end or row.mentioned_at
+    if moment is None:
+        return no_date
+    half = (window.end - window.start).total_seconds() / 2
+    if half <= 0:
+        return 1.0
+    centre = window.start + (window.end - window.start) / 2
+    return 1.0 - min(abs((moment - centre).total_seconds()) / half, 1.0)
+
+
+def propagate(t_parent: float, weight: float, link_type: str, p_child: float) -> float:
+    """A neighbour's activation: ``max(p_child, t_parent × weight × factor × 0.7)``.
+
+    :param t_parent: the parent's activation (1.0 for entry points).
+    :param weight: the link weight in [0, 1].
+    :param link_type: one of :data:`LINK_FACTORS`.
+    :param p_child: the neighbour's own proximity.
+    """
+    return max(p_child, t_parent * weight * LINK_FACTORS[link_type] * DECAY)
+
+
+@dataclass
+class _Reached:
+    row: MemoryRow
+    t: float
+    p: float
+
+
+class TemporalRetriever:
+    """Relevant memories from the query's time window, plus what they are linked to in time or cause."""
+
+    name = "temporal"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        #: server settings found unknown (pgvector < 0.8); never sent again
+        self._unsupported: set[str] = set()
+
+    def enabled(self, ctx: RetrievalContext) -> bool:
+        return ctx.window is not None and ctx.settings.enable_temporal_retrieval and bool(ctx.fact_types)
+
+    async def retrieve(self, ctx: RetrievalContext) -> list[ArmResult]:
+        assert ctx.window is not None  # enabled() guarantees it
+        started = time.perf_counter()
+        params = {
+            **base_params(ctx), "embedding": vector_literal(ctx.embedding),
+            "floor": ctx.settings.temporal_semantic_min_similarity,
+        }
+        async with ctx.db.connect() as conn:
+            await self._ann_settings(conn, ctx.settings)
+            pools = await run_union(conn, self.name, ctx, [_pool_sql(ctx, ft) for ft in ctx.fact_types], {
+                **params, "window_start": ctx.window.start, "window_end": ctx.window.end, "limit": POOL_LIMIT,
+            }, "similarity")
+            results = []
+            for pool in pools:
+                hits, meta = await self._spread(conn, ctx, pool.fact_type, pool.hits, params)
+                elapsed = time.perf_counter() - started
+                results.append(ArmResult(self.name, pool.fact_type, hits, elapsed, meta))
+        return results
+
+    async def _spread(
+        self,
+        conn: AsyncConnection,
+        ctx: RetrievalContext,
+        fact_type: str,
+        pool: Sequence[Hit],
+        params: dict[str, Any],
+    ) -> tuple[list[Hit], dict[str, Any]]:
+        assert ctx.window is not None
+        window = ctx.window
+        hits = []
+        for entry in spread_over_time(pool, window):
+            p = proximity(entry.row, window, ENTRY_NO_DATE)
+            hits.append(Hit(entry.row, p, {"temporal_proximity": p}))
+        entries = len(hits)
+        visited = {h.row.id for h in hits}
+        frontier = deque((h.row.id, 1.0) for h in hits)  # entry points act as parents with t = 1
+        budget, rounds = ctx.limit - len(hits), 0
+        sql = text(_neighbours_sql(ctx, fact_type))
+        while frontier and budget > 0 and rounds < MAX_ROUNDS:
+            rounds += 1
+            batch = dict(frontier.popleft() for _ in range(min(BATCH_SIZE, len(frontier))))
+            rows = (await conn.execute(sql, {
+                **params, "frontier": list(batch), "visited": list(visited),
+                "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT,
+            })).mappings().all()
+            reached: dict[uuid.UUID, _Reached] = {}
+            for m in rows:
+                row = row_from(m)
+                p = proximity(row, window, NEIGHBOUR_NO_DATE)
+                t = propagate(batch[m["parent"]], float(m["weight"]), m["link_type"], p)
+                best = reached.get(row.id)
+                if best is None or t > best.t:  # a child reached from several parents keeps its best path
+                    reached[row.id] = _Reached(row, t, p)
+            added = sorted(reached.values(), key=lambda r: -r.t)[:budget]
+            for child in added:
+                visited.add(child.row.id)
+                hits.append(Hit(child.row, child.t, {"temporal_proximity": child.p}))
+                if child.t > FRONTIER_MIN:
+                    frontier.append((child.row.id, child.t))
+            budget -= len(added)
+        return hits, {"pool": len(pool), "entry_points": entries, "rounds": rounds}
+
+    async def _ann_settings(self, conn: AsyncConnection, settings: Settings) -> None:
+        # The pool may be served by the HNSW index with the dates as a post-filter; iterative scans keep
+        # it from running dry after ef_search candidates.
+        wanted = {"hnsw.ef_search": str(POOL_LIMIT)}
+        if settings.ann_iterative_scan:
+            wanted["hnsw.iterative_scan"] = "strict_order"
+            wanted["hnsw.max_scan_tuples"] = str(settings.ann_max_scan_tuples)
+        for name, value in wanted.items():
+            if name in self._unsupported:
+                continue
+            try:
+                async with conn.begin_nested():
+                    await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+            except Exception as exc:  # an older pgvector: remember, and never abort the query
+                log.warning("the server rejects %s (%s); not sending it again", name, exc)
+                self._unsupported.add(name)
+
+
+def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
+    return (
+        f"(SELECT {COLUMNS}, 1 - {_DISTANCE} AS similarity FROM memory_units "
+        f"WHERE {where_for(ctx, fact_type)} AND embedding IS NOT NULL AND {_TOUCHES_WINDOW} "
+        f"AND 1 - {_DISTANCE} >= :floor ORDER BY {_DISTANCE} LIMIT :limit)"
+    )
+
+
+def _neighbours_sql(ctx: RetrievalContext, fact_type: str) -> str:
+    # Temporal links are symmetric but retain stores them from the newer memory only, so they are
+    # also followed backwards; causal links are stored both ways already (causes / caused_by).
+    return (
+        f"SELECT f.parent, n.* FROM unnest(CAST(:frontier AS uuid[])) AS f(parent) CROSS JOIN LATERAL ("
+        f"SELECT {COLUMNS}, l.link_type, l.weight FROM ("
+        f"SELECT to_unit_id AS child, link_type, weight FROM memory_links WHERE from_unit_id = f.parent "
+        f"AND link_type IN ({_LINK_TYPES}) AND weight >= :min_weight "
+        f"UNION SELECT from_unit_id, link_type, weight FROM memory_links WHERE to_unit_id = f.parent "
+        f"AND link_type = 'temporal' AND weight >= :min_weight) AS l "
+        f"JOIN memory_units ON memory_units.id = l.child "
+        f"WHERE {where_for(ctx, fact_type)} AND embedding IS NOT NULL AND 1 - {_DISTANCE} >= :floor "
+        f"AND NOT (memory_units.id = ANY(CAST(:visited AS uuid[]))) "
+        f"ORDER BY l.weight DESC, memory_units.id LIMIT :per_node) AS n"
+    )
+
+
+@hookimpl
+def register_retrievers(register: Any) -> None:
+    register(TemporalRetriever)
