@@ -1,4 +1,4 @@
-"""Sessions: the test suite, the demo, and one compliance session per text-search extension."""
+"""Sessions: ``tests`` (the whole suite as ``tests(all)``, plus ``tests(<ext>)`` per text-search extension) and ``demo``."""
 
 from __future__ import annotations
 
@@ -25,14 +25,36 @@ def install(session: nox.Session, *extra: str) -> None:
 
 
 @nox.session(python="3.11")
-def tests(session: nox.Session) -> None:
-    """Run the whole test suite against the embedded PostgreSQL server."""
-    install(session, *TEST_DEPS)
-    session.run("pytest", *session.posargs, env=OFFLINE)
-
-
-@nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
     """Load the sample bank into the embedded server and answer the demo questions."""
     install(session)
     session.run("hindsight-recall", "demo", env=OFFLINE)
+
+
+#: One matrix entry per text-search extension (SPEC §6.2), in the order of docs/backends.md.
+EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga", "pg_search")
+SUITE = "all"
+
+
+@nox.session(python="3.11")
+@nox.parametrize(
+    "target",
+    [nox.param(SUITE, id=SUITE, tags=["suite"]),
+     *(nox.param(ext, id=ext, tags=["compliance", ext]) for ext in EXTENSIONS)],
+)
+def tests(session: nox.Session, target: str) -> None:
+    """Run the whole suite (all), or one backend's tests and compliance suite against HINDSIGHT_TEST_DATABASE_URL_<EXT>."""
+    if target == SUITE:
+        install(session, *TEST_DEPS)
+        session.run("pytest", *session.posargs, env=OFFLINE)
+        return
+    groups = nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), f"tests-{target}")
+    session.install(TORCH)
+    session.install("-e", "core", "-e", f"backends/{target}", *groups)
+    variable = f"HINDSIGHT_TEST_DATABASE_URL_{target.upper()}"
+    env = dict(OFFLINE)
+    if os.environ.get(variable):
+        env[variable] = os.environ[variable]
+    else:
+        session.log(f"{variable} is unset: the embedded server if {target!r} runs on it, else skips")
+    session.run("pytest", f"backends/{target}/tests", "-rs", *session.posargs, env=env)

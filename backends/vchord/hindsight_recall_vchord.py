@@ -29,6 +29,8 @@ class VchordBackend(ExtensionBackend):
 
     name = "vchord"
     supports_cjk = True
+    # The bm25 index is on the column itself, filled with each document's tokens.
+    writes_search_vector = True
 
     def __init__(self, settings: Settings | None = None) -> None:
         super().__init__(settings)

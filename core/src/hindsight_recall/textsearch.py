@@ -98,6 +98,10 @@ class ExtensionBackend:
     extensions: tuple[str, ...] = ()
     citus_compatible: bool = False
     supports_cjk: bool = False
+    #: ``write_expression`` fills ``search_vector``; false while the index covers base columns.
+    writes_search_vector: bool = False
+    #: The embedded server (PostgreSQL, pgvector, contrib) can host it; the extension says it cannot.
+    runs_on_embedded_server: bool = False
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings

@@ -1,0 +1,14 @@
+"""The hindsight-recall compliance suite for the pg_textsearch backend.
+
+Server: HINDSIGHT_TEST_DATABASE_URL_PG_TEXTSEARCH (with the extension and pgvector); skips without it.
+"""
+
+from __future__ import annotations
+
+from hindsight_recall.testing import TextSearchBackendSuite
+
+
+class TestCompliance(TextSearchBackendSuite):
+    """Runs every compliance test against ``pg_textsearch``."""
+
+    backend_name = "pg_textsearch"
