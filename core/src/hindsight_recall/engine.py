@@ -16,7 +16,7 @@ from .ingest import Ingestor, RetainStats
 from .memories import parse_memory
 from .plugins import PluginManager, get_plugin_manager
 from .protocols import BudgetFunction, EmbeddingProvider, Retriever, TextSearchBackend
-from .recall import run_recall
+from .recall import run_recall, warm_date_parser
 from .request import build_request
 from .rerank import RerankStage
 from .schema import migrate
@@ -70,6 +70,8 @@ class Engine:
         except Exception:
             await self.db.close()
             raise
+        if self.settings.enable_temporal_retrieval:
+            warm_date_parser()
         return self
 
     async def close(self) -> None:
@@ -83,23 +85,34 @@ class Engine:
         await self.close()
 
     async def retain(
-        self, bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], *, progress: bool | None = None
+        self, bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], *, progress: bool | None = None,
+        embeddings: Sequence[Sequence[float]] | None = None,
     ) -> RetainStats:
         """Store memories in a bank; re-retaining an id updates it. All or nothing.
 
         :param bank_id: the bank.
         :param memories: :class:`Memory` objects or dicts in the JSONL format.
         :param progress: show a progress bar (default: when stderr is a terminal).
+        :param embeddings: precomputed vectors, one per memory in order (a list of lists or a numpy
+            array); the embedding model is then not run.
         """
         items = [m if isinstance(m, Memory) else parse_memory(m, i)[1] for i, m in enumerate(memories, start=1)]
-        return await self.retain_many({bank_id: items}, progress=progress)
+        return await self.retain_many({bank_id: items}, progress=progress,
+                                      embeddings=None if embeddings is None else {bank_id: embeddings})
 
     async def retain_many(
         self, batches: Mapping[str, Sequence[Memory]], *, lines: Mapping[str, Sequence[int]] | None = None,
-        progress: bool | None = None,
+        progress: bool | None = None, embeddings: Mapping[str, Sequence[Sequence[float]]] | None = None,
     ) -> RetainStats:
-        """Store several banks' memories in one transaction."""
-        return await self._ingestor.retain(batches, lines=lines, progress=progress)
+        """Store several banks' memories in one transaction.
+
+        :param batches: bank id -> memories.
+        :param lines: bank id -> source line numbers, for error messages.
+        :param progress: show a progress bar (default: when stderr is a terminal).
+        :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
+            needs its vectors, and the embedding model is not run.
+        """
+        return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens`` (SPEC §11 body).

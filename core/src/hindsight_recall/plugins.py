@@ -28,6 +28,8 @@ ENTRY_POINT_GROUP = "hindsight_recall"
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "hindsight_recall.arms.semantic",
     "hindsight_recall.arms.keyword",
+    "hindsight_recall.arms.graph",
+    "hindsight_recall.arms.temporal",
     "hindsight_recall.budget",
     "hindsight_recall.rerank",
     "hindsight_recall.embeddings",

@@ -131,6 +131,11 @@ def _resolve(query: str, now: datetime, languages: list[str] | None) -> TimeWind
         return None
 
 
+def warm_date_parser() -> None:
+    """Load the date finder's language data ahead of the first temporal query (about a second)."""
+    _date_worker().submit(_resolve, "on March 3rd 2023 at noon", datetime.now(UTC), None)
+
+
 @functools.cache
 def _date_worker() -> ThreadPoolExecutor:
     # One worker: date parsing is CPU-bound, and dateparser's caches are not built for threads.

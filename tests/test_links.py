@@ -1,0 +1,117 @@
+"""Bulk link computation: exact and approximate kNN, the temporal window, both database paths."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hindsight_recall import Engine, RetainError, _knn, links
+from hindsight_recall.ingest import unit_id
+from hindsight_recall.synthetic import generate
+from sqlalchemy import text
+
+
+def brute_force(vectors: np.ndarray, k: int, floor: float) -> set[tuple[int, int]]:
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -np.inf)
+    out = set()
+    for i, row in enumerate(sims):
+        top = [j for j in np.argsort(-row)[:k] if row[j] >= floor]
+        out |= {(i, int(j)) for j in top}
+    return out
+
+
+def test_exact_search_matches_brute_force() -> None:
+    vectors = generate(1500, seed=2).vectors
+    rows, cols, sims = _knn.neighbours(vectors, np.arange(1500), 5, 0.6)
+    assert set(zip(rows.tolist(), cols.tolist(), strict=True)) == brute_force(vectors, 5, 0.6)
+    assert np.all(rows != cols) and np.all(sims >= 0.6)
+    assert np.allclose(sims, np.einsum("ij,ij->i", vectors[rows], vectors[cols]), atol=1e-5)
+
+
+def test_inverted_file_finds_most_close_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_knn, "LIST_SIZE", 200)
+    vectors = generate(6000, seed=5).vectors
+    rows, cols, _ = _knn.neighbours(vectors, np.arange(6000), 50, 0.7, exact=False)
+    want = brute_force(vectors, 50, 0.7)
+    got = set(zip(rows.tolist(), cols.tolist(), strict=True))
+    assert len(got & want) / len(want) > 0.9
+    assert np.bincount(rows).max() <= 50
+
+
+def test_temporal_pairs_match_a_loop() -> None:
+    rng = np.random.default_rng(0)
+    times = rng.random(400) * 20 * 86400
+    times[::17] = np.nan
+    keys = links.uuid_keys([uuid.uuid4() for _ in range(400)])
+    found = links.temporal_pairs(keys, times, np.arange(400))
+    got = {(s.tobytes(), t.tobytes()): w for s, t, w in zip(found.sources, found.targets, found.weights, strict=True)}
+    want = {}
+    for i in range(400):
+        if np.isnan(times[i]):
+            continue
+        near = sorted((abs(times[j] - times[i]), j) for j in range(400) if j != i and not np.isnan(times[j])
+                      and abs(times[j] - times[i]) <= 86400)[:20]
+        for delta, j in near:
+            want[(keys[i].tobytes(), keys[j].tobytes())] = max(0.3, 1 - delta / 86400)
+    assert got.keys() == want.keys()
+    assert all(abs(got[k] - want[k]) < 1e-9 for k in want)
+
+
+async def links_of(engine: Engine, bank: str, kind: str) -> set[tuple[uuid.UUID, uuid.UUID]]:
+    async with engine.db.connect() as conn:
+        rows = await conn.execute(text(
+            "SELECT l.from_unit_id, l.to_unit_id FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
+            "WHERE u.bank_id = :b AND l.link_type = :t"), {"b": bank, "t": kind})
+        return {(r[0], r[1]) for r in rows}
+
+
+async def test_given_embeddings_skip_the_model(engine: Engine, bank: str) -> None:
+    synthetic = generate(200, seed=9)
+    stats = await engine.retain(bank, synthetic.memories, embeddings=synthetic.vectors)
+    assert stats.memories == 200 and stats.links > 0
+    async with engine.db.connect() as conn:
+        stored = await conn.scalar(text("SELECT embedding::text FROM memory_units WHERE id = :i"),
+                                   {"i": unit_id(bank, synthetic.memories[0].id)})
+    assert np.allclose(np.array(stored.strip("[]").split(","), dtype=np.float32), synthetic.vectors[0], atol=1e-6)
+    with pytest.raises(RetainError, match="vectors"):
+        await engine.retain(bank, synthetic.memories[:2], embeddings=synthetic.vectors[:1])
+    with pytest.raises(RetainError, match="dimensional"):
+        await engine.retain(bank, synthetic.memories[:2], embeddings=[[0.1, 0.2], [0.3, 0.4]])
+
+
+async def test_batches_into_an_existing_bank_link_like_one_load(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    synthetic = generate(600, seed=11)
+    whole, split, by_index = (f"test-links-{uuid.uuid4().hex[:8]}" for _ in range(3))
+    await engine.retain(whole, synthetic.memories, embeddings=synthetic.vectors)
+    for bank in (split, by_index):
+        await engine.retain(bank, synthetic.memories[:400], embeddings=synthetic.vectors[:400])
+    await engine.retain(split, synthetic.memories[400:], embeddings=synthetic.vectors[400:])
+    monkeypatch.setattr(links, "INDEX_MIN_ROWS", 0)
+    monkeypatch.setattr(links, "INDEX_RATIO", 1)
+    await engine.retain(by_index, synthetic.memories[400:], embeddings=synthetic.vectors[400:])
+
+    def renamed(pairs: set[tuple[uuid.UUID, uuid.UUID]], bank: str) -> set[tuple[uuid.UUID, uuid.UUID]]:
+        back = {unit_id(bank, m.id): unit_id(whole, m.id) for m in synthetic.memories}
+        late = {unit_id(bank, m.id) for m in synthetic.memories[400:]}
+        return {(back[a], back[b]) for a, b in pairs if a in late}
+
+    late_whole = {unit_id(whole, m.id) for m in synthetic.memories[400:]}
+    for kind in ("semantic", "temporal"):
+        expected = {p for p in await links_of(engine, whole, kind) if p[0] in late_whole}
+        assert expected
+        assert renamed(await links_of(engine, split, kind), split) == expected
+        if kind == "semantic":  # HNSW on a few hundred rows is exact in practice
+            assert len(renamed(await links_of(engine, by_index, kind), by_index) & expected) >= 0.95 * len(expected)
+
+
+async def test_reretain_keeps_links_unique(engine: Engine, bank: str) -> None:
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    rows = [{"id": f"m{i}", "text": f"Note {i} about the garden.", "occurred_at": (start + timedelta(hours=i)).isoformat()}
+            for i in range(30)]
+    await engine.retain(bank, rows)
+    before = await links_of(engine, bank, "temporal")
+    await engine.retain(bank, rows[:5])
+    assert await links_of(engine, bank, "temporal") == before  # same memories, same links, no duplicates
