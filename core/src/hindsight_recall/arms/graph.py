@@ -130,16 +130,16 @@ def expansion_sql(
         f"JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.link_type IN {CAUSAL_TYPES} "
         "GROUP BY l.to_unit_id)",
     ]
-    parts = ["SELECT cand_id, 0 AS shared, w AS sem, 0.0 AS causal FROM semantic_hits",
-             "SELECT cand_id, 0, 0.0, w FROM causal_hits"]
+    # ``admits``: a semantic link alone brings in no candidate (see the module docstring)
+    parts = ["SELECT cand_id, 0 AS shared, w AS sem, 0.0 AS causal, 0 AS admits FROM semantic_hits",
+             "SELECT cand_id, 0, 0.0, w, 1 FROM causal_hits"]
     if entities:
         ctes += _entity_ctes(fact_type, where, guard)
-        parts.append("SELECT cand_id, shared, 0.0, 0.0 FROM entity_hits")
-    # HAVING: a semantic link alone admits nothing (see the module docstring)
+        parts.append("SELECT cand_id, shared, 0.0, 0.0, 1 FROM entity_hits")
     ctes.append(
         "scored AS (SELECT cand_id, sum(shared)::float8 AS shared, sum(sem) AS sem, sum(causal) AS causal "
         f"FROM ({' UNION ALL '.join(parts)}) p GROUP BY cand_id "
-        "HAVING sum(shared) > 0 OR sum(causal) > 0)"
+        "HAVING sum(admits) > 0)"
     )
     sql = (
         f"WITH {', '.join(ctes)} "
