@@ -28,7 +28,7 @@ DEFAULTS = {
     "recall_budget_function": "fixed", "recall_budget_fixed_low": 100, "recall_budget_fixed_mid": 300,
     "recall_budget_fixed_high": 1000, "recall_budget_adaptive_low": 0.025, "recall_budget_adaptive_mid": 0.075,
     "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,
-    "enable_temporal_retrieval": True, "enable_graph_retrieval": True, "enable_reranking": True, "enable_text_search": True, "recall_rrf_k": 60,
+    "enable_temporal_retrieval": True, "enable_graph_retrieval": True, "enable_reranking": True, "enable_text_search": True, "recall_rrf_k": 5,
 }
 
 

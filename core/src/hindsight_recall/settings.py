@@ -42,7 +42,7 @@ class BankSettings(BaseModel):
     enable_graph_retrieval: bool = True
     enable_reranking: bool = True
     enable_text_search: bool = True
-    recall_rrf_k: int = Field(60, ge=1)
+    recall_rrf_k: int = Field(5, ge=1)
 
     @model_validator(mode="after")
     def _budget_clamp_ordered(self) -> BankSettings:
