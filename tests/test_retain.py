@@ -127,3 +127,13 @@ async def test_locomo_bank_retains(engine: Engine, bank: str) -> None:
     stats = await engine.retain(bank, lines)
     assert stats.memories == 120 and stats.links > 0
     assert await count(engine, "SELECT count(DISTINCT chunk_id) FROM memory_units WHERE bank_id = :b", b=bank) >= 3
+
+
+async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
+    from hindsight_recall.schema import MIGRATIONS, migrate
+
+    async with engine.db.connect() as conn:
+        await migrate(conn, 384, engine.text_search)  # a second run changes nothing
+        versions = list((await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars())
+        index = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids'"))
+    assert versions == sorted(MIGRATIONS) and index == 1

@@ -85,8 +85,13 @@ def _v1(dimensions: int) -> list[str]:
     ]
 
 
+def _v2(dimensions: int) -> list[str]:
+    # The graph arm's observation path looks up observations by their sources (`&&`).
+    return ["CREATE INDEX IF NOT EXISTS idx_mu_source_ids ON memory_units USING gin (source_memory_ids)"]
+
+
 #: version -> statements (a function of the embedding dimension). Append; never edit a released one.
-MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {1: _v1}
+MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {1: _v1, 2: _v2}
 
 
 async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBackend) -> None:
