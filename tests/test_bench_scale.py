@@ -58,8 +58,9 @@ def test_bench_scale_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(tmp_path / "pg"))
     plot = importlib.util.find_spec("matplotlib") is not None
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["bench", "scale", "--sizes", "300", "--concurrency", "1,2", "--queries", "6",
-                                       "--budget", "low,mid", "--out", str(out), "--plot" if plot else "--no-plot"])
+    args = ["bench", "scale", "--sizes", "300", "--concurrency", "1,2", "--queries", "6",
+            "--budget", "low,mid", "--out", str(out), "--plot" if plot else "--no-plot"]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "scale.json").read_text())
     (size,) = report["sizes"]

@@ -47,7 +47,8 @@ def test_temporal_pairs_match_a_loop() -> None:
     times[::17] = np.nan
     keys = links.uuid_keys([uuid.uuid4() for _ in range(400)])
     found = links.temporal_pairs(keys, times, np.arange(400))
-    got = {(s.tobytes(), t.tobytes()): w for s, t, w in zip(found.sources, found.targets, found.weights, strict=True)}
+    got = {(s.tobytes(), t.tobytes()): w
+           for s, t, w in zip(found.sources, found.targets, found.weights, strict=True)}
     want = {}
     for i in range(400):
         if np.isnan(times[i]):
@@ -63,8 +64,9 @@ def test_temporal_pairs_match_a_loop() -> None:
 async def links_of(engine: Engine, bank: str, kind: str) -> set[tuple[uuid.UUID, uuid.UUID]]:
     async with engine.db.connect() as conn:
         rows = await conn.execute(text(
-            "SELECT l.from_unit_id, l.to_unit_id FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
-            "WHERE u.bank_id = :b AND l.link_type = :t"), {"b": bank, "t": kind})
+            "SELECT l.from_unit_id, l.to_unit_id FROM memory_links l "
+            "JOIN memory_units u ON u.id = l.from_unit_id WHERE u.bank_id = :b AND l.link_type = :t"),
+            {"b": bank, "t": kind})
         return {(r[0], r[1]) for r in rows}
 
 
@@ -75,14 +77,17 @@ async def test_given_embeddings_skip_the_model(engine: Engine, bank: str) -> Non
     async with engine.db.connect() as conn:
         stored = await conn.scalar(text("SELECT embedding::text FROM memory_units WHERE id = :i"),
                                    {"i": unit_id(bank, synthetic.memories[0].id)})
-    assert np.allclose(np.array(stored.strip("[]").split(","), dtype=np.float32), synthetic.vectors[0], atol=1e-6)
+    stored_vector = np.array(stored.strip("[]").split(","), dtype=np.float32)
+    assert np.allclose(stored_vector, synthetic.vectors[0], atol=1e-6)
     with pytest.raises(RetainError, match="vectors"):
         await engine.retain(bank, synthetic.memories[:2], embeddings=synthetic.vectors[:1])
     with pytest.raises(RetainError, match="dimensional"):
         await engine.retain(bank, synthetic.memories[:2], embeddings=[[0.1, 0.2], [0.3, 0.4]])
 
 
-async def test_batches_into_an_existing_bank_link_like_one_load(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_batches_into_an_existing_bank_link_like_one_load(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     synthetic = generate(600, seed=11)
     whole, split, by_index = (f"test-links-{uuid.uuid4().hex[:8]}" for _ in range(3))
     await engine.retain(whole, synthetic.memories, embeddings=synthetic.vectors)
@@ -104,13 +109,14 @@ async def test_batches_into_an_existing_bank_link_like_one_load(engine: Engine, 
         assert expected
         assert renamed(await links_of(engine, split, kind), split) == expected
         if kind == "semantic":  # HNSW on a few hundred rows is exact in practice
-            assert len(renamed(await links_of(engine, by_index, kind), by_index) & expected) >= 0.95 * len(expected)
+            found = renamed(await links_of(engine, by_index, kind), by_index)
+            assert len(found & expected) >= 0.95 * len(expected)
 
 
 async def test_reretain_keeps_links_unique(engine: Engine, bank: str) -> None:
     start = datetime(2024, 1, 1, tzinfo=UTC)
-    rows = [{"id": f"m{i}", "text": f"Note {i} about the garden.", "occurred_at": (start + timedelta(hours=i)).isoformat()}
-            for i in range(30)]
+    rows = [{"id": f"m{i}", "text": f"Note {i} about the garden.",
+             "occurred_at": (start + timedelta(hours=i)).isoformat()} for i in range(30)]
     await engine.retain(bank, rows)
     before = await links_of(engine, bank, "temporal")
     await engine.retain(bank, rows[:5])

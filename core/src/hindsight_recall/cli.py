@@ -192,8 +192,11 @@ def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, que
     """Ingest synthetic banks of each size; time ingest, recall per phase and concurrent recalls."""
     from .bench_scale import ScaleOptions, int_list, run_scale
 
+    levels = _split(budgets) or []
+    if not levels or set(levels) - {b.value for b in Budget}:
+        raise click.BadParameter(f"{budgets!r}: give budgets out of low, mid, high", param_hint="--budget")
     try:
-        options = ScaleOptions(sizes=int_list(sizes), budgets=[b for b in _split(budgets) or [] if b],
+        options = ScaleOptions(sizes=int_list(sizes), budgets=levels,
                                embeddings=embeddings, concurrency=int_list(concurrency), queries=query_count,
                                seed=seed, out=out, plot=plot, keep=keep)
     except ValueError as exc:

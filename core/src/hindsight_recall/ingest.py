@@ -8,7 +8,6 @@ indexes, and they are written with one binary COPY.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sys
 import time
 import uuid
@@ -22,7 +21,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import banks
-from ._bincopy import copy_columns
+from ._ingest_rows import check_references, write_chunks, write_entities
+from ._ingest_rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
+from ._ingest_rows import unit_id as unit_id
 from .db import Database
 from .errors import RetainError
 from .links import (
@@ -40,8 +41,6 @@ from .protocols import EmbeddingProvider, TextSearchBackend
 from .schema import vector_index_statements
 from .settings import Settings
 from .types import Memory
-
-_NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
 
 _STAGE_COLUMNS = (
     "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
@@ -62,16 +61,6 @@ _UNIT_COLUMNS = (
 _UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:]) + ", search_vector = excluded.search_vector, updated_at = now()"
 
 
-def unit_id(bank_id: str, memory_id: str) -> uuid.UUID:
-    """The stable row id of a caller's memory id within a bank."""
-    return uuid.uuid5(_NAMESPACE, f"{bank_id}\x1f{memory_id}")
-
-
-def entity_id(bank_id: str, name: str) -> uuid.UUID:
-    """Entities are unique per bank, case-insensitively."""
-    return uuid.uuid5(_NAMESPACE, f"{bank_id}\x1fentity\x1f{name.casefold()}")
-
-
 def text_signals(memory: Memory) -> str:
     """Entity names plus the occurrence dates as "Month D YYYY", for keyword matching."""
     dates = dict.fromkeys(d for d in (memory.occurred_start, memory.occurred_end) if d is not None)
@@ -87,9 +76,14 @@ class RetainStats:
     links: int = 0
     seconds: float = 0.0
     embedding_seconds: float = 0.0
+    #: rows, entities and chunks written
     load_seconds: float = 0.0
+    #: what links add to the call: on a new bank, waiting for their computation (which overlaps the
+    #: load and the index build) plus writing them
     link_seconds: float = 0.0
+    #: computing the links on their own, overlapped or not
     link_compute_seconds: float = 0.0
+    #: building a new bank's HNSW indexes
     index_seconds: float = 0.0
     per_bank: dict[str, int] = field(default_factory=dict)
 
@@ -198,7 +192,7 @@ class Ingestor:
         t0 = time.perf_counter()
         internal_id, created = await banks.ensure_bank(conn, bank_id)
         ids = [unit_id(bank_id, m.id) for m in memories]
-        await _check_references(conn, bank_id, memories, lines)
+        await check_references(conn, bank_id, memories, lines)
         dates = [m.occurred_start or m.mentioned_at or m.occurred_end for m in memories]
         pending: asyncio.Future[tuple[list[Links], float]] | None = None
         if created:
@@ -207,9 +201,9 @@ class Ingestor:
             work = asyncio.to_thread(self._fresh_links, uuid_keys(ids), vectors, epochs(dates))
             pending = asyncio.ensure_future(work)
         try:
-            chunk_ids = await _write_chunks(conn, bank_id, memories)
+            chunk_ids = await write_chunks(conn, bank_id, memories)
             await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, fresh=created)
-            await _write_entities(conn, bank_id, ids, memories, fresh=created)
+            await write_entities(conn, bank_id, ids, memories, fresh=created)
             t1 = time.perf_counter()
             stats.load_seconds += t1 - t0
             if created:
@@ -222,7 +216,7 @@ class Ingestor:
             else:
                 computed = await self._existing_bank_links(conn, bank_id, ids, vectors, dates)
                 stats.link_compute_seconds += time.perf_counter() - t2
-            stats.links += await self._write_links(conn, bank_id, ids, memories, computed, fresh=created)
+            stats.links += await self._write_links(conn, bank_id, ids, memories, computed)
             stats.link_seconds += time.perf_counter() - t2
         finally:
             if pending is not None and not pending.done():
@@ -308,7 +302,7 @@ class Ingestor:
 
     async def _write_links(
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
-        computed: list[Links], *, fresh: bool,
+        computed: list[Links],
     ) -> int:
         """Semantic and temporal links by binary COPY (none exist from these rows now); causal by upsert."""
         written = await copy_links(conn, computed)
@@ -356,92 +350,3 @@ def _check_unique(memories: Sequence[Memory], lines: Sequence[int] | None) -> No
             first = lines[seen[m.id]] if lines else seen[m.id]
             raise RetainError(line, "id", f"{m.id!r} appears twice in this batch (first at {first})")
         seen[m.id] = i
-
-
-async def _check_references(conn: AsyncConnection, bank_id: str, memories: Sequence[Memory], lines: Sequence[int] | None) -> None:
-    batch = {m.id for m in memories}
-    wanted = {r for m in memories for r in (*m.causes, *m.source_ids)} - batch
-    found: set[str] = set()
-    if wanted:
-        result = await conn.execute(
-            text("SELECT external_id FROM memory_units WHERE bank_id = :bank AND external_id = ANY(:ids)"),
-            {"bank": bank_id, "ids": sorted(wanted)},
-        )
-        found = set(result.scalars())
-    for i, m in enumerate(memories):
-        for field_name, refs in (("causes", m.causes), ("sources", m.source_ids)):
-            for ref in refs:
-                if ref not in batch and ref not in found:
-                    line = lines[i] if lines else None
-                    raise RetainError(line, field_name, f"{ref!r} is not a memory id in bank {bank_id!r}")
-
-
-async def _write_entities(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory], *, fresh: bool
-) -> None:
-    """Entity rows (once per bank and case-folded name) and unit-entity pairs, by binary COPY in id order."""
-    if not fresh:  # a new bank's rows have no entity rows yet
-        await conn.execute(text("DELETE FROM unit_entities WHERE unit_id = ANY(:ids)"), {"ids": ids})
-    names: dict[uuid.UUID, str] = {}
-    pairs: dict[tuple[bytes, bytes], None] = {}  # names differing only in case share an entity: dedupe
-    for uid, m in zip(ids, memories, strict=True):
-        for name in m.entities:
-            eid = entity_id(bank_id, name)
-            names.setdefault(eid, name)
-            pairs[(uid.bytes, eid.bytes)] = None
-    if not names:
-        return
-    await conn.execute(
-        text(
-            "INSERT INTO entities (id, bank_id, canonical_name) "
-            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:banks AS text[]), CAST(:names AS text[])) "
-            "ON CONFLICT (id) DO NOTHING"
-        ),
-        {"ids": list(names), "banks": [bank_id] * len(names), "names": list(names.values())},
-    )
-    ordered = sorted(pairs)
-    await copy_columns(await _raw(conn), "COPY unit_entities (unit_id, entity_id) FROM STDIN (FORMAT BINARY)",
-                       [np.frombuffer(b"".join(p[i] for p in ordered), dtype="V16") for i in (0, 1)])
-
-
-async def _write_chunks(conn: AsyncConnection, bank_id: str, memories: Sequence[Memory]) -> list[str | None]:
-    """Store each distinct source chunk once; return every memory's chunk id (``{bank}_{doc}_{index}``)."""
-    docs = sorted({m.document_id for m in memories if m.chunk and m.document_id})
-    known: dict[tuple[str, str], str] = {}
-    next_index: dict[str, int] = {}
-    if docs:
-        rows = await conn.execute(
-            text("SELECT chunk_id, document_id, chunk_index, md5(chunk_text) AS digest FROM chunks "
-                 "WHERE bank_id = :bank AND document_id = ANY(:docs)"),
-            {"bank": bank_id, "docs": docs},
-        )
-        for row in rows:
-            known[(row.document_id, row.digest)] = row.chunk_id
-            next_index[row.document_id] = max(next_index.get(row.document_id, 0), row.chunk_index + 1)
-    out: list[str | None] = []
-    new: dict[str, tuple[str | None, int, str]] = {}
-    for m in memories:
-        if not m.chunk:
-            out.append(None)
-            continue
-        digest = hashlib.md5(m.chunk.encode()).hexdigest()
-        doc_key = m.document_id or f"chunk-{digest[:16]}"
-        chunk_id = known.get((doc_key, digest))
-        if chunk_id is None:
-            index = next_index.get(doc_key, 0) if m.document_id else 0
-            next_index[doc_key] = index + 1
-            chunk_id = known[(doc_key, digest)] = f"{bank_id}_{doc_key}_{index}"
-            new[chunk_id] = (m.document_id, index, m.chunk)
-        out.append(chunk_id)
-    if new:
-        await conn.execute(
-            text(
-                "INSERT INTO chunks (chunk_id, document_id, bank_id, chunk_index, chunk_text) "
-                "SELECT c, d, :bank, i, t FROM unnest(CAST(:ids AS text[]), CAST(:docs AS text[]), "
-                "CAST(:idx AS int[]), CAST(:texts AS text[])) AS u(c, d, i, t) "
-                "ON CONFLICT (chunk_id) DO UPDATE SET chunk_text = excluded.chunk_text"
-            ),
-            {"bank": bank_id, "ids": list(new), "docs": [v[0] for v in new.values()],
-             "idx": [v[1] for v in new.values()], "texts": [v[2] for v in new.values()]},
-        )
-    return out
