@@ -79,9 +79,42 @@ def test_normalisation() -> None:
     assert normalise([-1000, 1000]) == [pytest.approx(0.0), pytest.approx(1.0)]  # no overflow
 
 
-def test_passthrough_scores_span_one_to_a_tenth() -> None:
-    assert passthrough_scores(1) == [1.0]
-    assert passthrough_scores(3) == [1.0, pytest.approx(0.55), pytest.approx(0.1)]
+def test_passthrough_scores_rescale_the_fused_scores_to_one_down_to_a_tenth() -> None:
+    assert passthrough_scores([]) == []
+    assert passthrough_scores([0.3]) == [1.0]
+    assert passthrough_scores([0.2, 0.2]) == [1.0, 1.0]
+    assert passthrough_scores([0.5, 0.3, 0.1]) == [1.0, pytest.approx(0.55), pytest.approx(0.1)]
+    # The gaps follow the scores, not the ranks: a clear head stays clear of the tail.
+    assert passthrough_scores([0.4, 0.11, 0.105, 0.1]) == pytest.approx([1.0, 0.13, 0.115, 0.1])
+
+
+def test_passthrough_nudges_reorder_near_ties_only() -> None:
+    """±10 % of recency or proximity must not lift the 30th fused result over the 2nd (SPEC §9.3 departure)."""
+    fused = rrf_fuse({"keyword": hits(*(f"m{i}" for i in range(300)))}, k=5)
+    ce = passthrough_scores([c.rrf_score for c in fused])
+    second = combined(ce[1], 0.5, 0.5, 0.5)
+    thirtieth_nudged = combined(ce[29], 1.0, 1.0, 1.0)
+    assert thirtieth_nudged < second
+    assert combined(ce[2], 1.0, 1.0, 0.5) > combined(ce[1], 0.5, 0.5, 0.5)  # a near-tie does reorder
+
+
+def test_rrf_weights_scale_an_arms_share() -> None:
+    fused = rrf_fuse({"semantic": hits("a", "b"), "keyword": hits("b", "a")}, k=5, weights={"keyword": 1.5})
+    assert [c.row.external_id for c in fused] == ["b", "a"]
+    assert fused[0].rrf_score == pytest.approx(1 / 7 + 1.5 / 6)
+    assert fused[1].rrf_score == pytest.approx(1 / 6 + 1.5 / 7)
+    silent = rrf_fuse({"semantic": hits("a"), "temporal": hits("t")}, k=5, weights={"temporal": 0.0})
+    assert [c.row.external_id for c in silent] == ["a", "t"] and silent[1].rrf_score == 0.0
+    assert silent[1].source_ranks == {"temporal_rank": 1}  # still a candidate, with its rank
+    # With equal weights the SPEC §14 example holds unchanged.
+    assert rrf_fuse({"semantic": hits("a"), "keyword": hits(*"bcdea")})[0].rrf_score == pytest.approx(0.0318, abs=1e-4)
+
+
+def test_boosted_key_scales_with_the_arms_weight() -> None:
+    cand = rrf_fuse({"keyword": hits(*"abcd")}, k=5, weights={"keyword": 2.0})[3]
+    plain = rrf_fuse({"keyword": hits(*"abcd")}, k=5)[3]
+    gain = boosted_key(plain, {"keyword": "high"}, k=5) - plain.rrf_score
+    assert boosted_key(cand, {"keyword": "high"}, k=5, weights={"keyword": 2.0}) - cand.rrf_score == pytest.approx(2 * gain)
 
 
 def test_proof() -> None:
@@ -129,6 +162,20 @@ def test_packing_examples_from_the_spec() -> None:
     assert selected == ["b"] and truncated
     assert pack(["a"], 0, sizes.__getitem__) == ([], 0, True)
     assert pack(["a", "c"], 100, sizes.__getitem__) == (["a", "c"], 90, False)
+
+
+def test_packing_stops_counting_once_the_budget_is_full() -> None:
+    counted: list[str] = []
+    sizes = {"a": 60, "b": 500, "c": 40, "d": 1, "e": 1}
+
+    def count(item: str) -> int:
+        counted.append(item)
+        return sizes[item]
+
+    assert pack(list("abcde"), 100, count) == (["a", "c"], 100, True)
+    assert counted == ["a", "b", "c"]
+    counted.clear()
+    assert pack(list("ac"), 100, count) == (["a", "c"], 100, False)  # exactly full, nothing left over
 
 
 @pytest.mark.parametrize(("level", "expected"), [("low", 100), ("mid", 300), ("high", 1000)])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hindsight_recall import Engine, InvalidRequest
-from hindsight_recall.fusion import add_rank_boosts, interleave, parse_boosts, rrf_fuse
+from hindsight_recall import Engine, InvalidRequest, banks
+from hindsight_recall.fusion import add_rank_boosts, interleave, parse_boosts, parse_weights, rrf_fuse
 from hindsight_recall.types import Candidate, Hit, MemoryRow
 
 
@@ -23,6 +23,29 @@ def test_parse_boosts(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         assert parse_boosts("graph:extreme,vibes:high,semantic") == {"semantic": "medium"}
     assert "graph:extreme" in caplog.text and "vibes:high" in caplog.text
+
+
+def test_parse_weights(caplog: pytest.LogCaptureFixture) -> None:
+    assert parse_weights("keyword:1.5") == {"keyword": 1.5}
+    assert parse_weights(" BM25:2 , temporal:0.5,graph:0") == {"keyword": 2.0, "temporal": 0.5, "graph": 0.0}
+    assert parse_weights("") == {}
+    with caplog.at_level(logging.WARNING):
+        assert parse_weights("semantic:-1,vibes:2,graph,keyword:lots,temporal:nan,semantic:inf,bm25:3") == {"keyword": 3.0}
+    for bad in ("semantic:-1", "vibes:2", "'graph'", "keyword:lots", "temporal:nan", "semantic:inf"):
+        assert bad in caplog.text
+
+
+async def test_rrf_weights_are_a_bank_setting_and_reach_the_trace(make_settings: Any, bank: str) -> None:
+    async with Engine(make_settings()) as engine:
+        await engine.retain(bank, [{"id": "a", "text": "Alice hiked."}])
+        body = await engine.recall(bank, "Alice", trace=True)
+        merge = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rrf_merge")
+        assert merge["details"]["weights"] == {"keyword": 1.5} and merge["details"]["k"] == 5
+        async with engine.db.connect() as conn:
+            await banks.set_bank_config(conn, bank, {"recall_rrf_weights": "semantic:2"})
+        body = await engine.recall(bank, "Alice", trace=True)
+    merge = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rrf_merge")
+    assert merge["details"]["weights"] == {"semantic": 2.0}
 
 
 def test_stage_two_boost_decays_with_rank_and_temporal_is_flat() -> None:

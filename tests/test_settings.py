@@ -29,6 +29,7 @@ DEFAULTS = {
     "recall_budget_fixed_high": 1000, "recall_budget_adaptive_low": 0.025, "recall_budget_adaptive_mid": 0.075,
     "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,
     "enable_temporal_retrieval": True, "enable_graph_retrieval": True, "enable_reranking": True, "enable_text_search": True, "recall_rrf_k": 5,
+    "recall_rrf_weights": "keyword:1.5",
 }
 
 

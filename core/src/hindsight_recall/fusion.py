@@ -42,6 +42,31 @@ def parse_boosts(raw: str) -> dict[str, str]:
     return boosts
 
 
+@functools.cache
+def parse_weights(raw: str) -> dict[str, float]:
+    """Parse ``RECALL_RRF_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
+
+    :param raw: e.g. ``"bm25:1.5, temporal:0.5"``; arms not named weigh 1.
+    """
+    weights: dict[str, float] = {}
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        strategy, _, value = (p.strip() for p in entry.partition(":"))
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = -1.0
+        if strategy not in STRATEGIES or not 0.0 <= weight < float("inf"):
+            log.warning(
+                "HINDSIGHT_API_RECALL_RRF_WEIGHTS: ignoring %r (write arm:weight with arms semantic, bm25, graph, "
+                "temporal and a weight >= 0)", entry,
+            )
+            continue
+        weights[STRATEGIES[strategy]] = weight
+    return weights
+
+
 def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str, list[Hit]]:
     """Concatenate each arm's hits over fact types and order them by score (stable)."""
     lists: dict[str, list[Hit]] = {}
@@ -55,17 +80,21 @@ def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str
     return dict(sorted(((a, h) for a, h in lists.items() if h), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def rrf_fuse(lists: Mapping[str, Sequence[Hit]], k: int = RRF_K) -> list[Candidate]:
-    """Fuse ranked lists: ``rrf(d) = Σ 1/(k + rank)``, ranks from 1; ties keep first-seen order."""
+def rrf_fuse(
+    lists: Mapping[str, Sequence[Hit]], k: int = RRF_K, weights: Mapping[str, float] | None = None
+) -> list[Candidate]:
+    """Fuse ranked lists: ``rrf(d) = Σ w_arm/(k + rank)``, ranks from 1, ``w`` 1 unless given; ties keep
+    first-seen order."""
     fused: dict[object, Candidate] = {}
     for arm, hits in lists.items():
+        weight = (weights or {}).get(arm, 1.0)
         for rank, hit in enumerate(hits, start=1):
             cand = fused.get(hit.row.id)
             if cand is None:
                 cand = fused[hit.row.id] = Candidate(row=hit.row, rrf_score=0.0)
             if f"{arm}_rank" in cand.source_ranks:
                 continue  # an arm lists a memory once; keep its best rank
-            cand.rrf_score += 1.0 / (k + rank)
+            cand.rrf_score += weight / (k + rank)
             cand.source_ranks[f"{arm}_rank"] = rank
             if arm == "semantic":
                 cand.semantic = hit.score
@@ -79,24 +108,27 @@ def rrf_fuse(lists: Mapping[str, Sequence[Hit]], k: int = RRF_K) -> list[Candida
     return ranked
 
 
-def boosted_key(cand: Candidate, boosts: Mapping[str, str], k: int = RRF_K) -> float:
+def boosted_key(
+    cand: Candidate, boosts: Mapping[str, str], k: int = RRF_K, weights: Mapping[str, float] | None = None
+) -> float:
     """RRF score with boosted arms' ranks divided by the level's divisor (SPEC §8.3)."""
     key = cand.rrf_score
     for arm, level in boosts.items():
         rank = cand.source_ranks.get(f"{arm}_rank")
         if rank is not None:
-            key += 1.0 / (k + rank / BOOST_DIVISORS[level]) - 1.0 / (k + rank)
+            key += (weights or {}).get(arm, 1.0) * (1.0 / (k + rank / BOOST_DIVISORS[level]) - 1.0 / (k + rank))
     return key
 
 
 def cap_candidates(
-    candidates: list[Candidate], cap: int, boosts: Mapping[str, str] | None = None, k: int = RRF_K
+    candidates: list[Candidate], cap: int, boosts: Mapping[str, str] | None = None, k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
 ) -> tuple[list[Candidate], int]:
     """Keep the ``cap`` best candidates by the boosted key; return them and how many were dropped."""
     if len(candidates) <= cap:
         return candidates, 0
     if boosts:
-        kept = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k))[:cap]
+        kept = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k, weights))[:cap]
     else:
         kept = candidates[:cap]
     return kept, len(candidates) - cap

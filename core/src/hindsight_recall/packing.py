@@ -18,7 +18,10 @@ def pack(items: Sequence[T], max_tokens: int, count: Callable[[T], int]) -> tupl
         return [], 0, bool(items)
     selected: list[T] = []
     used, truncated = 0, False
-    for item in items:
+    for position, item in enumerate(items):
+        if used == max_tokens:  # full: nothing of one token or more fits, so stop counting
+            truncated = truncated or position < len(items)
+            break
         tokens = count(item)
         if used + tokens <= max_tokens:
             selected.append(item)

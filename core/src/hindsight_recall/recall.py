@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import banks
 from .filters import tag_filter
-from .fusion import add_rank_boosts, arm_lists, cap_candidates, interleave, parse_boosts, rrf_fuse
+from .fusion import add_rank_boosts, arm_lists, cap_candidates, interleave, parse_boosts, parse_weights, rrf_fuse
 from .packing import pack
 from .protocols import RetrievalContext
 from .request import RecallRequest
@@ -71,12 +71,13 @@ async def run_recall(engine: Engine, req: RecallRequest, semaphore_wait: float =
 
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
-        candidates = rrf_fuse(lists, config.recall_rrf_k)
-        details["candidates"] = len(candidates)
+        weights = parse_weights(config.recall_rrf_weights)
+        candidates = rrf_fuse(lists, config.recall_rrf_k, weights)
+        details.update(candidates=len(candidates), k=config.recall_rrf_k, weights=weights or None)
     boosts = parse_boosts(config.recall_strategy_boosts)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
-        candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k)
+        candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
         details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=boosts or None,
                        arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists})
 

@@ -98,7 +98,7 @@ class RerankStage:
 
     @staticmethod
     def _passthrough(candidates: list[Candidate], details: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-        for cand, value in zip(candidates, passthrough_scores(len(candidates)), strict=True):
+        for cand, value in zip(candidates, passthrough_scores([c.rrf_score for c in candidates]), strict=True):
             cand.cross_encoder, cand.reranker_score = value, None
         details["passthrough"] = True
         if reason:

@@ -17,9 +17,18 @@ def normalise(raw: Sequence[float]) -> list[float]:
     return [1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x)) for x in clean]
 
 
-def passthrough_scores(n: int) -> list[float]:
-    """Scores that keep the fused order: ``1 − 0.9·i/max(1, n−1)``, from 1.0 down to 0.1."""
-    return [1.0 - 0.9 * i / max(1, n - 1) for i in range(n)]
+def passthrough_scores(rrf_scores: Sequence[float]) -> list[float]:
+    """Fused scores rescaled to [0.1, 1.0]: ``0.1 + 0.9·(rrf − min)/(max − min)``; all 1.0 when equal.
+
+    Spacing by score rather than by rank keeps the fusion's gaps, so the ±10 % recency and proximity
+    nudges of the combined score reorder near-ties only, not thirty ranks of a 300-candidate pool.
+    """
+    if not rrf_scores:
+        return []
+    low, high = min(rrf_scores), max(rrf_scores)
+    if high <= low:
+        return [1.0] * len(rrf_scores)
+    return [0.1 + 0.9 * (x - low) / (high - low) for x in rrf_scores]
 
 
 def recency(date: datetime | None, now: datetime, function: str, window_days: float, halflife_days: float) -> float:

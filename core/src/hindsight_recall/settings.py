@@ -43,6 +43,7 @@ class BankSettings(BaseModel):
     enable_reranking: bool = True
     enable_text_search: bool = True
     recall_rrf_k: int = Field(5, ge=1)
+    recall_rrf_weights: str = "keyword:1.5"
 
     @model_validator(mode="after")
     def _budget_clamp_ordered(self) -> BankSettings:
