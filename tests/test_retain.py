@@ -136,4 +136,33 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
         await migrate(conn, 384, engine.text_search)  # a second run changes nothing
         versions = list((await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars())
         index = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids'"))
+        link_fks = await conn.scalar(text(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'memory_links'::regclass AND contype = 'f'"))
     assert versions == sorted(MIGRATIONS) and index == 1
+    assert link_fks == 0  # migration 3: links are checked by construction, not per row
+
+
+async def test_deleting_a_bank_removes_its_links_and_only_its_links(engine: Engine, alice: str) -> None:
+    from hindsight_recall import banks
+
+    other = f"{alice}-other"
+    await engine.retain(other, [
+        {"id": "a", "text": "Bob moved to Lisbon.", "occurred_at": "2023-04-20T10:00:00Z"},
+        {"id": "b", "text": "Bob found a flat in Lisbon.", "occurred_at": "2023-04-20T12:00:00Z"},
+    ])
+    links_of = ("SELECT count(*) FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
+                "WHERE u.bank_id = :b")
+    kept = await count(engine, links_of, b=other)
+    assert kept > 0 and await count(engine, links_of, b=alice) > 0
+    before = await count(engine, "SELECT count(*) FROM memory_links")
+    alice_links = await count(engine, links_of, b=alice)
+    async with engine.db.connect() as conn:
+        assert await banks.delete_bank(conn, alice) is True
+        assert await banks.delete_bank(conn, "no-such-bank") is False
+    orphans = ("SELECT count(*) FROM memory_links l WHERE NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.id = l.from_unit_id) "
+               "OR NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.id = l.to_unit_id)")
+    assert await count(engine, orphans) == 0
+    assert await count(engine, "SELECT count(*) FROM memory_links") == before - alice_links
+    assert await count(engine, links_of, b=other) == kept
+    async with engine.db.connect() as conn:
+        await banks.delete_bank(conn, other)
