@@ -135,11 +135,35 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
     async with engine.db.connect() as conn:
         await migrate(conn, 384, engine.text_search)  # a second run changes nothing
         versions = list((await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars())
-        index = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids'"))
+        gin = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids'"))
+        target = await conn.scalar(text("SELECT reloptions::text FROM pg_class WHERE relname = 'memory_units'"))
         link_fks = await conn.scalar(text(
             "SELECT count(*) FROM pg_constraint WHERE conrelid = 'memory_links'::regclass AND contype = 'f'"))
-    assert versions == sorted(MIGRATIONS) and index == 1
+    assert versions == sorted(MIGRATIONS)
     assert link_fks == 0  # migration 3: links are checked by construction, not per row
+    assert "toast_tuple_target=8160" in target  # migration 4: rows and their vectors stay whole
+    assert gin == 0  # migration 5: observation_sources replaced the GIN index
+
+
+async def test_observation_sources_follow_retain_reretain_and_delete(engine: Engine, bank: str) -> None:
+    from hindsight_recall import banks
+
+    facts = [{"id": f"f{i}", "text": f"Alice fact {i}."} for i in range(3)]
+    await engine.retain(bank, [*facts, {"id": "obs", "text": "Alice likes facts.", "type": "observation",
+                                        "sources": ["f0", "f1"]}])
+    sources = ("SELECT array_agg(s.source_id ORDER BY s.source_id) FROM observation_sources s "
+               "WHERE s.observation_id = :o")
+
+    async def cited() -> list[object] | None:
+        async with engine.db.connect() as conn:
+            return await conn.scalar(text(sources), {"o": unit_id(bank, "obs")})
+
+    assert await cited() == sorted([unit_id(bank, "f0"), unit_id(bank, "f1")])
+    await engine.retain(bank, [{"id": "obs", "text": "Alice likes facts.", "type": "observation", "sources": ["f2"]}])
+    assert await cited() == [unit_id(bank, "f2")]  # re-retain replaces, never accumulates
+    async with engine.db.connect() as conn:
+        await banks.delete_bank(conn, bank)
+    assert await cited() is None
 
 
 async def test_deleting_a_bank_removes_its_links_and_only_its_links(engine: Engine, alice: str) -> None:

@@ -66,15 +66,17 @@ async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str,
 async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     """Remove a bank with everything in it, including its vector indexes; False if it did not exist."""
     # Locking the bank row first waits for retains in flight (they hold a key-share lock on it), so
-    # no link can be written after its memories' links are deleted. Links carry no foreign keys.
+    # no link can be written after its memories' links are deleted. Links and observation sources
+    # carry no foreign keys.
     internal_id = await conn.scalar(
         text("SELECT internal_id FROM banks WHERE bank_id = :bank FOR UPDATE"), {"bank": bank_id}
     )
     if internal_id is None:
         return False
-    for end in ("from_unit_id", "to_unit_id"):
+    for table, column in (("memory_links", "from_unit_id"), ("memory_links", "to_unit_id"),
+                          ("observation_sources", "observation_id")):
         await conn.execute(text(
-            f"DELETE FROM memory_links l USING memory_units u WHERE u.bank_id = :bank AND l.{end} = u.id"
+            f"DELETE FROM {table} d USING memory_units u WHERE u.bank_id = :bank AND d.{column} = u.id"
         ), {"bank": bank_id})
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
     suffix = str(internal_id).replace("-", "")[:16]

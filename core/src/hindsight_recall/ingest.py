@@ -281,6 +281,14 @@ class Ingestor:
             f"proof_count, source_memory_ids, text_signals, {self.backend.write_expression('document')} "
             f"FROM retain_stage{upsert}"
         ))
+        if not fresh:
+            await conn.execute(text(
+                "DELETE FROM observation_sources WHERE observation_id IN (SELECT id FROM retain_stage)"
+            ))
+        await conn.execute(text(
+            "INSERT INTO observation_sources (source_id, observation_id) SELECT DISTINCT s.source_id, r.id "
+            "FROM retain_stage r CROSS JOIN LATERAL unnest(r.source_memory_ids) AS s(source_id)"
+        ))
         await conn.execute(text("TRUNCATE retain_stage"))
 
     def _stage_row(

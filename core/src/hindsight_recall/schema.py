@@ -99,8 +99,31 @@ def _v3(dimensions: int) -> list[str]:
     ]
 
 
+def _v4(dimensions: int) -> list[str]:
+    # A 384-d row is about 2.3 kB, just over the default 2 kB toast threshold, so every embedding
+    # went out of line and each heap fetch or exact scan paid a TOAST lookup. Rows now stay whole up
+    # to a page; only new rows are affected.
+    return ["ALTER TABLE memory_units SET (toast_tuple_target = 8160)"]
+
+
+def _v5(dimensions: int) -> list[str]:
+    # The graph arm finds observations citing any of a few thousand reached memories. A GIN `&&`
+    # scan costs about keys × matches; btree probes on this table cost one descent per key.
+    return [
+        """CREATE TABLE IF NOT EXISTS observation_sources (
+            source_id uuid NOT NULL,
+            observation_id uuid NOT NULL,
+            PRIMARY KEY (source_id, observation_id))""",
+        "CREATE INDEX IF NOT EXISTS idx_observation_sources_observation ON observation_sources (observation_id)",
+        "INSERT INTO observation_sources (source_id, observation_id) "
+        "SELECT DISTINCT s.source_id, u.id FROM memory_units u CROSS JOIN LATERAL unnest(u.source_memory_ids) "
+        "AS s(source_id) ON CONFLICT DO NOTHING",
+        "DROP INDEX IF EXISTS idx_mu_source_ids",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension). Append; never edit a released one.
-MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {1: _v1, 2: _v2, 3: _v3}
+MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 
 
 async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBackend) -> None:

@@ -184,11 +184,11 @@ def _entity_ctes(fact_type: str, where: str, guard: bool) -> list[str]:
                     "FROM reached GROUP BY unit_id)")
     else:
         ctes.append(
-            "entity_hits AS (SELECT o.id AS cand_id, count(DISTINCT src.source_id) AS shared "
-            "FROM memory_units o CROSS JOIN LATERAL unnest(o.source_memory_ids) AS src(source_id) "
-            "JOIN (SELECT DISTINCT unit_id FROM reached) rs ON rs.unit_id = src.source_id "
-            "WHERE o.bank_id = :bank_id AND o.fact_type = 'observation' "
-            "AND o.source_memory_ids && (SELECT array_agg(DISTINCT unit_id) FROM reached) GROUP BY o.id)"
+            "entity_hits AS (SELECT os.observation_id AS cand_id, count(DISTINCT os.source_id) AS shared "
+            "FROM (SELECT DISTINCT unit_id FROM reached) rs "
+            "JOIN observation_sources os ON os.source_id = rs.unit_id "
+            "JOIN memory_units o ON o.id = os.observation_id "
+            "WHERE o.bank_id = :bank_id AND o.fact_type = 'observation' GROUP BY os.observation_id)"
         )
     return ctes
 
