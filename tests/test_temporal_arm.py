@@ -269,3 +269,32 @@ async def test_no_window_or_disabled_stage_means_no_temporal_arm(
         body = await off.recall(alice, "What did Alice do?", temporal_window=SPRING, trace=True)
     assert temporal_results(body) == {}
     assert body["results"]
+
+
+async def test_fact_types_spread_together_exactly_as_each_alone(engine: Engine, bank: str) -> None:
+    def chain(kind: str, n: int) -> list[dict[str, Any]]:
+        return [{"id": f"{kind}{i}", "type": kind, "text": f"Alice {kind} step {i} of the project.",
+                 "occurred_at": f"2023-0{3 + i}-01", **({"causes": [f"{kind}{i + 1}"]} if i < n - 1 else {})}
+                for i in range(n)]
+
+    await engine.retain(bank, chain("world", 7) + chain("experience", 3))
+    from sqlalchemy import event
+
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "AS f(parent, kind)" in statement:  # the spreading statement
+            statements.append(statement)
+
+    event.listen(engine.db.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        both = await engine.recall(bank, "Alice project steps", temporal_window=NOON_TO_NOON, trace=True)
+    finally:
+        event.remove(engine.db.engine.sync_engine, "before_cursor_execute", count)
+    # one statement per round for both types: world needs five rounds, experience two
+    assert len(statements) == 5
+    for kind in ("world", "experience"):
+        alone = await engine.recall(bank, "Alice project steps", temporal_window=NOON_TO_NOON, trace=True,
+                                    types=[kind])
+        assert temporal_results(both)[kind] == temporal_results(alone)[kind]
+    assert {r["node_id"] for r in temporal_results(both)["experience"]} == {"experience0", "experience1", "experience2"}

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -137,6 +137,60 @@ class _Reached:
     p: float
 
 
+@dataclass
+class _Spreading:
+    """One fact type's spreading state (SPEC §6.4 step 4): its hits so far, frontier and node budget."""
+
+    fact_type: str
+    pool_size: int
+    hits: list[Hit]
+    budget: int
+    entries: int = 0
+    frontier: deque[tuple[uuid.UUID, float]] = field(default_factory=deque)
+    rounds: int = 0
+
+    @classmethod
+    def from_pool(cls, fact_type: str, pool: Sequence[Hit], window: TimeWindow, limit: int) -> _Spreading:
+        hits = []
+        for entry in spread_over_time(pool, window):
+            p = proximity(entry.row, window, ENTRY_NO_DATE)
+            hits.append(Hit(entry.row, p, {"temporal_proximity": p}))
+        state = cls(fact_type, len(pool), hits, limit - len(hits), entries=len(hits))
+        state.frontier.extend((h.row.id, 1.0) for h in hits)  # entry points act as parents with t = 1
+        return state
+
+    @property
+    def active(self) -> bool:
+        return bool(self.frontier) and self.budget > 0 and self.rounds < MAX_ROUNDS
+
+    def next_batch(self) -> dict[uuid.UUID, float]:
+        self.rounds += 1
+        return dict(self.frontier.popleft() for _ in range(min(BATCH_SIZE, len(self.frontier))))
+
+    def absorb(
+        self, rows: Sequence[Any], batch: dict[uuid.UUID, float], window: TimeWindow
+    ) -> list[uuid.UUID]:
+        """Add the best-reached children within the budget; return their ids."""
+        reached: dict[uuid.UUID, _Reached] = {}
+        for m in rows:
+            row = row_from(m)
+            p = proximity(row, window, NEIGHBOUR_NO_DATE)
+            t = propagate(batch[m["parent"]], float(m["weight"]), m["link_type"], p)
+            best = reached.get(row.id)
+            if best is None or t > best.t:  # a child reached from several parents keeps its best path
+                reached[row.id] = _Reached(row, t, p)
+        added = sorted(reached.values(), key=lambda r: -r.t)[: self.budget]
+        for child in added:
+            self.hits.append(Hit(child.row, child.t, {"temporal_proximity": child.p}))
+            if child.t > FRONTIER_MIN:
+                self.frontier.append((child.row.id, child.t))
+        self.budget -= len(added)
+        return [child.row.id for child in added]
+
+    def meta(self) -> dict[str, Any]:
+        return {"pool": self.pool_size, "entry_points": self.entries, "rounds": self.rounds}
+
+
 class TemporalRetriever:
     """Relevant memories from the query's time window, plus what they are linked to in time or cause."""
 
@@ -161,55 +215,33 @@ class TemporalRetriever:
             pools = await run_union(conn, self.name, ctx, [_pool_sql(ctx, ft) for ft in ctx.fact_types], {
                 **params, "window_start": ctx.window.start, "window_end": ctx.window.end, "limit": POOL_LIMIT,
             }, "similarity")
-            results = []
-            for pool in pools:
-                hits, meta = await self._spread(conn, ctx, pool.fact_type, pool.hits, params)
-                elapsed = time.perf_counter() - started
-                results.append(ArmResult(self.name, pool.fact_type, hits, elapsed, meta))
-        return results
+            states = [_Spreading.from_pool(p.fact_type, p.hits, ctx.window, ctx.limit) for p in pools]
+            await self._spread(conn, ctx, states, params)
+        elapsed = time.perf_counter() - started
+        return [ArmResult(self.name, s.fact_type, s.hits, elapsed, s.meta()) for s in states]
 
     async def _spread(
-        self,
-        conn: AsyncConnection,
-        ctx: RetrievalContext,
-        fact_type: str,
-        pool: Sequence[Hit],
+        self, conn: AsyncConnection, ctx: RetrievalContext, states: Sequence[_Spreading],
         params: dict[str, Any],
-    ) -> tuple[list[Hit], dict[str, Any]]:
+    ) -> None:
+        """Spread every fact type at once: one statement per round carries each type's next batch."""
         assert ctx.window is not None
-        window = ctx.window
-        hits = []
-        for entry in spread_over_time(pool, window):
-            p = proximity(entry.row, window, ENTRY_NO_DATE)
-            hits.append(Hit(entry.row, p, {"temporal_proximity": p}))
-        entries = len(hits)
-        visited = {h.row.id for h in hits}
-        frontier = deque((h.row.id, 1.0) for h in hits)  # entry points act as parents with t = 1
-        budget, rounds = ctx.limit - len(hits), 0
-        sql = text(_neighbours_sql(ctx, fact_type))
-        while frontier and budget > 0 and rounds < MAX_ROUNDS:
-            rounds += 1
-            batch = dict(frontier.popleft() for _ in range(min(BATCH_SIZE, len(frontier))))
+        # A memory has one fact type, so one visited set serves every type.
+        visited = {h.row.id for s in states for h in s.hits}
+        sql = text(_neighbours_sql(ctx))
+        while active := [s for s in states if s.active]:
+            batches = {s.fact_type: s.next_batch() for s in active}
+            parents = [parent for batch in batches.values() for parent in batch]
+            kinds = [ft for ft, batch in batches.items() for _ in batch]
             rows = (await conn.execute(sql, {
-                **params, "frontier": list(batch), "visited": list(visited),
+                **params, "frontier": parents, "kinds": kinds, "visited": list(visited),
                 "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT,
             })).mappings().all()
-            reached: dict[uuid.UUID, _Reached] = {}
+            by_type: dict[str, list[Any]] = {ft: [] for ft in batches}
             for m in rows:
-                row = row_from(m)
-                p = proximity(row, window, NEIGHBOUR_NO_DATE)
-                t = propagate(batch[m["parent"]], float(m["weight"]), m["link_type"], p)
-                best = reached.get(row.id)
-                if best is None or t > best.t:  # a child reached from several parents keeps its best path
-                    reached[row.id] = _Reached(row, t, p)
-            added = sorted(reached.values(), key=lambda r: -r.t)[:budget]
-            for child in added:
-                visited.add(child.row.id)
-                hits.append(Hit(child.row, child.t, {"temporal_proximity": child.p}))
-                if child.t > FRONTIER_MIN:
-                    frontier.append((child.row.id, child.t))
-            budget -= len(added)
-        return hits, {"pool": len(pool), "entry_points": entries, "rounds": rounds}
+                by_type[m["fact_type"]].append(m)
+            for state in active:
+                visited.update(state.absorb(by_type[state.fact_type], batches[state.fact_type], ctx.window))
 
     async def _ann_settings(self, conn: AsyncConnection, settings: Settings) -> None:
         # The pool may be served by the HNSW index with the dates as a post-filter; iterative scans keep
@@ -237,18 +269,21 @@ def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
     )
 
 
-def _neighbours_sql(ctx: RetrievalContext, fact_type: str) -> str:
-    # Temporal links are symmetric but retain stores them from the newer memory only, so they are
-    # also followed backwards; causal links are stored both ways already (causes / caused_by).
+def _neighbours_sql(ctx: RetrievalContext) -> str:
+    # Each frontier node carries its fact type (`kind`); its neighbours must share it. Temporal links
+    # are symmetric but retain stores them from the newer memory only, so they are also followed
+    # backwards; causal links are stored both ways already (causes / caused_by).
     return (
-        f"SELECT f.parent, n.* FROM unnest(CAST(:frontier AS uuid[])) AS f(parent) CROSS JOIN LATERAL ("
+        f"SELECT f.parent, n.* FROM unnest(CAST(:frontier AS uuid[]), CAST(:kinds AS text[])) "
+        f"AS f(parent, kind) CROSS JOIN LATERAL ("
         f"SELECT {COLUMNS}, l.link_type, l.weight FROM ("
         f"SELECT to_unit_id AS child, link_type, weight FROM memory_links WHERE from_unit_id = f.parent "
         f"AND link_type IN ({_LINK_TYPES}) AND weight >= :min_weight "
         f"UNION SELECT from_unit_id, link_type, weight FROM memory_links WHERE to_unit_id = f.parent "
         f"AND link_type = 'temporal' AND weight >= :min_weight) AS l "
         f"JOIN memory_units ON memory_units.id = l.child "
-        f"WHERE {where_for(ctx, fact_type)} AND embedding IS NOT NULL AND 1 - {_DISTANCE} >= :floor "
+        f"WHERE bank_id = :bank_id AND fact_type = f.kind AND {ctx.filter.sql} "
+        f"AND embedding IS NOT NULL AND 1 - {_DISTANCE} >= :floor "
         f"AND NOT (memory_units.id = ANY(CAST(:visited AS uuid[]))) "
         f"ORDER BY l.weight DESC, memory_units.id LIMIT :per_node) AS n"
     )
