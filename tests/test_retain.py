@@ -137,12 +137,15 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
         versions = list((await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars())
         gin = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids'"))
         target = await conn.scalar(text("SELECT reloptions::text FROM pg_class WHERE relname = 'memory_units'"))
+        by_type = await conn.scalar(text(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_unit_entities_entity_type'"))
         link_fks = await conn.scalar(text(
             "SELECT count(*) FROM pg_constraint WHERE conrelid = 'memory_links'::regclass AND contype = 'f'"))
     assert versions == sorted(MIGRATIONS)
     assert link_fks == 0  # migration 3: links are checked by construction, not per row
     assert "toast_tuple_target=8160" in target  # migration 4: rows and their vectors stay whole
     assert gin == 0  # migration 5: observation_sources replaced the GIN index
+    assert by_type == 1  # migration 6: entity pairs walk by (entity, fact type)
 
 
 async def test_observation_sources_follow_retain_reretain_and_delete(engine: Engine, bank: str) -> None:
@@ -190,3 +193,14 @@ async def test_deleting_a_bank_removes_its_links_and_only_its_links(engine: Engi
     assert await count(engine, links_of, b=other) == kept
     async with engine.db.connect() as conn:
         await banks.delete_bank(conn, other)
+
+
+async def test_entity_pairs_carry_their_memorys_fact_type(engine: Engine, bank: str) -> None:
+    await engine.retain(bank, [{"id": "a", "text": "Alice met Bob.", "entities": ["Alice", "Bob"]},
+                               {"id": "b", "text": "Alice cooked.", "type": "experience", "entities": ["Alice"]}])
+    pairs = "SELECT count(*) FROM unit_entities WHERE unit_id = :u AND fact_type = :t"
+    assert await count(engine, pairs, u=unit_id(bank, "a"), t="world") == 2
+    assert await count(engine, pairs, u=unit_id(bank, "b"), t="experience") == 1
+    await engine.retain(bank, [{"id": "a", "text": "Alice met Bob.", "type": "experience", "entities": ["Alice"]}])
+    assert await count(engine, pairs, u=unit_id(bank, "a"), t="experience") == 1  # re-retain rewrites the pairs
+    assert await count(engine, "SELECT count(*) FROM unit_entities WHERE unit_id = :u", u=unit_id(bank, "a")) == 1

@@ -55,12 +55,13 @@ async def write_entities(
     if not fresh:  # a new bank's rows have no entity rows yet
         await conn.execute(text("DELETE FROM unit_entities WHERE unit_id = ANY(:ids)"), {"ids": ids})
     names: dict[uuid.UUID, str] = {}
-    pairs: dict[tuple[bytes, bytes], None] = {}  # names differing only in case share an entity: dedupe
+    # names differing only in case share an entity: dedupe; the pair keeps its memory's fact type
+    pairs: dict[tuple[bytes, bytes], str] = {}
     for uid, m in zip(ids, memories, strict=True):
         for name in m.entities:
             eid = entity_id(bank_id, name)
             names.setdefault(eid, name)
-            pairs[(uid.bytes, eid.bytes)] = None
+            pairs[(uid.bytes, eid.bytes)] = m.type
     if not names:
         return
     await conn.execute(
@@ -71,10 +72,15 @@ async def write_entities(
         ),
         {"ids": list(names), "banks": [bank_id] * len(names), "names": list(names.values())},
     )
-    ordered = sorted(pairs)
     raw = (await conn.get_raw_connection()).driver_connection
-    await copy_columns(raw, "COPY unit_entities (unit_id, entity_id) FROM STDIN (FORMAT BINARY)",
-                       [np.frombuffer(b"".join(p[i] for p in ordered), dtype="V16") for i in (0, 1)])
+    for fact_type in sorted(set(pairs.values())):  # binary COPY text is fixed-width: one COPY per type
+        ordered = sorted(pair for pair, ft in pairs.items() if ft == fact_type)
+        encoded = fact_type.encode()
+        await copy_columns(
+            raw, "COPY unit_entities (unit_id, entity_id, fact_type) FROM STDIN (FORMAT BINARY)",
+            [*(np.frombuffer(b"".join(p[i] for p in ordered), dtype="V16") for i in (0, 1)),
+             np.full(len(ordered), encoded, dtype=f"S{len(encoded)}")],
+        )
 
 
 async def write_chunks(

@@ -134,7 +134,7 @@ def expansion_sql(
     parts = ["SELECT cand_id, 0 AS shared, w AS sem, 0.0 AS causal, 0 AS admits FROM semantic_hits",
              "SELECT cand_id, 0, 0.0, w, 1 FROM causal_hits"]
     if entities:
-        ctes += _entity_ctes(fact_type, where, guard)
+        ctes += _entity_ctes(fact_type, where, ctx.filter.sql, guard)
         parts.append("SELECT cand_id, shared, 0.0, 0.0, 1 FROM entity_hits")
     ctes.append(
         "scored AS (SELECT cand_id, sum(shared)::float8 AS shared, sum(sem) AS sem, sum(causal) AS causal "
@@ -151,13 +151,13 @@ def expansion_sql(
     return sql, params
 
 
-def _entity_ctes(fact_type: str, where: str, guard: bool) -> list[str]:
+def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[str]:
     """CTEs ending in ``entity_hits(cand_id, shared)``: the entity part, direct or via sources."""
     if fact_type != "observation":
         origin = "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN seeds ON ue.unit_id = seeds.seed_id"
         # the tag filter goes inside the per-entity cap, so invisible rows never use it up
-        reach_where = f"{where} AND ue.unit_id NOT IN (SELECT seed_id FROM seeds)"
-        population = where
+        reach_type = f"ue.fact_type = '{fact_type}' AND ue.unit_id NOT IN (SELECT seed_id FROM seeds)"
+        reach_filter, population = tag_sql, where
     else:
         origin = (
             "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN (SELECT DISTINCT unnest(seed_sources) "
@@ -165,13 +165,17 @@ def _entity_ctes(fact_type: str, where: str, guard: bool) -> list[str]:
         )
         # source memories are hops, not answers: only the bank bounds them; the filter applies to
         # the observations reached
-        reach_where = population = "bank_id = :bank_id AND fact_type <> 'observation'"
+        reach_type, reach_filter = "ue.fact_type <> 'observation'", "TRUE"
+        population = "bank_id = :bank_id AND fact_type <> 'observation'"
+    # An entity belongs to one bank and its pairs carry their fact type: memory_units is needed
+    # only to apply a tag filter.
+    join = "" if reach_filter == "TRUE" else "JOIN memory_units ON memory_units.id = ue.unit_id "
     kept = "count(*) <= :per_entity AND count(*) <= :fraction * (SELECT n FROM visible)" if guard else "TRUE"
     ctes = [
         f"origin_entities AS ({origin})",
         "entity_reach AS (SELECT oe.entity_id, r.unit_id FROM origin_entities oe CROSS JOIN LATERAL ("
-        "SELECT ue.unit_id FROM unit_entities ue JOIN memory_units ON memory_units.id = ue.unit_id "
-        f"WHERE ue.entity_id = oe.entity_id AND {reach_where} "
+        f"SELECT ue.unit_id FROM unit_entities ue {join}"
+        f"WHERE ue.entity_id = oe.entity_id AND {reach_type} AND {reach_filter} "
         "ORDER BY ue.unit_id DESC LIMIT :entity_fetch) r)",
         "visible AS (SELECT count(*) AS n FROM "
         f"(SELECT 1 FROM memory_units WHERE {population} LIMIT :visible_cap) v)",
