@@ -35,7 +35,7 @@ CONFIGS: dict[str, dict[str, bool]] = {
     "all arms": {"enable_graph_retrieval": True, "enable_temporal_retrieval": True},
     "semantic + keyword": {"enable_graph_retrieval": False, "enable_temporal_retrieval": False},
 }
-TABLES = ("memory_units", "memory_links", "unit_entities", "entities", "chunks")
+TABLES = ("memory_units", "memory_links", "unit_entities", "entities", "chunks", "observation_sources")
 EMBED_SAMPLE = 1000
 WARMUP = 5
 
@@ -233,7 +233,7 @@ async def _ingest(engine: Any, bank: SyntheticBank, bank_id: str, options: Scale
     t0 = time.perf_counter()
     async with engine.db.connect() as conn:
         # Autovacuum would do this soon after a bulk load; the keyword arm reads the statistics.
-        await conn.execute(text("ANALYZE memory_units, memory_links, unit_entities, entities"))
+        await conn.execute(text("ANALYZE memory_units, memory_links, unit_entities, entities, observation_sources"))
     analyze = time.perf_counter() - t0
     out: dict[str, Any] = stats.as_json()
     without = stats.seconds - stats.embedding_seconds
