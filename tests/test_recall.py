@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
-from hindsight_recall import Engine, InvalidRequest
+from hindsight_recall import Engine, InvalidRequest, banks
 from hindsight_recall.fusion import ARM_ORDER
 from hindsight_recall.trace import DIAGNOSTIC_PREFIXES
 
@@ -197,3 +198,29 @@ async def test_reranking_off_is_passthrough(engine: Engine, alice: str, make_set
     body = await engine.recall(alice, "Alice", reranking="rrf", trace=True)
     phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
     assert phase["details"]["reranker_type"] == "rrf" and body["results"][0]["scores"]["reranker"] is None
+
+
+async def test_keyword_one_pass_equals_one_statement_per_fact_type(
+    engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kinds = ("world", "experience", "observation")
+    await engine.retain(bank, [
+        {"id": f"m{i}", "type": kinds[i % 3], "text": f"Alice {'hiked ' * (1 + i % 4)}near the lake {i}.",
+         "tags": ["trip"] if i % 2 else []}
+        for i in range(40)
+    ])
+    async with engine.db.connect() as conn:  # five per type: the cut falls among tied scores
+        await banks.set_bank_config(conn, bank, {"recall_budget_fixed_low": 5})
+
+    async def keyword_lists(**request: Any) -> dict[str, list[tuple[str, float]]]:
+        body = await engine.recall(bank, "Alice hiked lake", trace=True, budget="low", **request)
+        return {r["fact_type"]: [(x["node_id"], x["score"]) for x in r["results"]]
+                for r in body["trace"]["retrieval_results"] if r["method_name"] == "keyword"}
+
+    for request in ({}, {"tags": ["trip"], "tags_match": "any_strict"}, {"min_scores": {"keyword": 0.05}}):
+        one_pass = await keyword_lists(**request)
+        monkeypatch.setattr(engine.text_search, "ranks_every_match", False)
+        per_type = await keyword_lists(**request)
+        monkeypatch.undo()
+        assert one_pass == per_type and one_pass, request
+        assert all(len(hits) <= 5 for hits in one_pass.values())

@@ -69,6 +69,8 @@ class NativeBackend:
     writes_search_vector = True
     # Built-in full text search: no extension beyond what every PostgreSQL ships.
     runs_on_embedded_server = True
+    # ts_rank scores every match (no top-k index), so core may rank all fact types in one pass.
+    ranks_every_match = True
 
     def __init__(self, settings: Settings | None = None, config: NativeSettings | None = None) -> None:
         self.config = config or NativeSettings()

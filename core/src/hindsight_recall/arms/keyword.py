@@ -29,9 +29,30 @@ class KeywordRetriever:
             query_text = await backend.prepare_query(ctx.query, ctx.tokens, conn)
             if query_text is None:
                 return []
-            subselects = [backend.arm_sql(columns=COLUMNS, where=where_for(ctx, ft)) for ft in ctx.fact_types]
             params = {**base_params(ctx), "query_text": query_text, "min_score": floor, "limit": ctx.limit}
+            if getattr(backend, "ranks_every_match", False) and len(ctx.fact_types) > 1:
+                # every fact type in one pass: LIMIT NULL lets the backend's statement return all matches
+                return await run_union(conn, self.name, ctx, [_one_pass_sql(backend.arm_sql, ctx)],
+                                       {**params, "limit": None, "per_type": ctx.limit}, "bm25_score")
+            subselects = [backend.arm_sql(columns=COLUMNS, where=where_for(ctx, ft)) for ft in ctx.fact_types]
             return await run_union(conn, self.name, ctx, subselects, params, "bm25_score")
+
+
+def _one_pass_sql(arm_sql: Any, ctx: RetrievalContext) -> str:
+    """The top ``:per_type`` matches of every fact type from one scan, ranked as the per-type statements.
+
+    For backends that score every match anyway (``ranks_every_match``): one scan instead of one per
+    fact type, and only the kept rows are read whole.
+    """
+    types = ", ".join(f"'{ft}'" for ft in ctx.fact_types)  # validated enum values
+    matched = arm_sql(columns="id, fact_type", where=f"bank_id = :bank_id AND fact_type IN ({types}) "
+                                                        f"AND {ctx.filter.sql}")
+    return (
+        f"WITH matched AS {matched}, ranked AS (SELECT id, bm25_score, row_number() OVER "
+        "(PARTITION BY fact_type ORDER BY bm25_score DESC, id) AS rn FROM matched) "
+        f"SELECT {COLUMNS}, ranked.bm25_score FROM ranked JOIN memory_units USING (id) "
+        "WHERE ranked.rn <= :per_type ORDER BY ranked.rn"
+    )
 
 
 @hookimpl
