@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import text
 
@@ -204,3 +205,23 @@ async def test_entity_pairs_carry_their_memorys_fact_type(engine: Engine, bank: 
     await engine.retain(bank, [{"id": "a", "text": "Alice met Bob.", "type": "experience", "entities": ["Alice"]}])
     assert await count(engine, pairs, u=unit_id(bank, "a"), t="experience") == 1  # re-retain rewrites the pairs
     assert await count(engine, "SELECT count(*) FROM unit_entities WHERE unit_id = :u", u=unit_id(bank, "a")) == 1
+
+
+async def test_a_bulk_load_leaves_fresh_statistics(engine: Engine, bank: str) -> None:
+    async def analyzed() -> object:
+        async with engine.db.connect() as conn:
+            return await conn.scalar(text(
+                "SELECT greatest(last_analyze, last_autoanalyze) FROM pg_stat_all_tables "
+                "WHERE relid = 'memory_units'::regclass"))
+
+    before = await analyzed()
+    rows = await count(engine, "SELECT greatest(reltuples, 0)::int FROM pg_class WHERE relname = 'memory_units'")
+    small = [{"id": "one", "text": "Alice hiked."}]
+    await engine.retain(bank, small)
+    assert await analyzed() == before  # one row: far below 50 + a tenth of the table
+    n = 60 + rows // 10
+    vectors = np.random.default_rng(0).normal(size=(n, engine.embedder.dimensions()))
+    await engine.retain(bank, [{"id": f"m{i}", "text": f"Alice hiked trail {i}."} for i in range(n)],
+                        embeddings=vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    after = await analyzed()
+    assert after is not None and (before is None or after > before)

@@ -14,6 +14,7 @@ DEFAULTS = {
     "db_command_timeout": 60, "db_acquire_timeout": 30, "db_statement_timeout": 600, "db_session_setup_on_acquire": True,
     "vector_extension": "pgvector", "ann_iterative_scan": True, "ann_max_scan_tuples": 4000, "vector_index_min_rows": 0,
     "text_search_extension": "native", "bm25_min_score": 0.0, "bm25_max_query_terms": 16, "bm25_selective_terms": True,
+    "bm25_max_term_frequency": 1.0,
     "semantic_min_similarity": 0.3, "graph_seed_min_similarity": 0.3, "temporal_semantic_min_similarity": 0.1,
     "semantic_link_min_similarity": 0.7, "graph_retriever": "link_expansion",
     "link_expansion_per_entity_limit": 200, "link_expansion_timeout": 10, "link_expansion_max_entity_fraction": 0.2, "recall_max_concurrent": 32, "recall_connection_budget": 4,

@@ -77,6 +77,7 @@ class NativeBackend:
         self.language = self.config.language
         self.max_terms = settings.bm25_max_query_terms if settings else 16
         self.selective = settings.bm25_selective_terms if settings else True
+        self.max_frequency = settings.bm25_max_term_frequency if settings else 1.0
 
     def install_statements(self) -> Sequence[str]:
         return ()
@@ -104,26 +105,35 @@ class NativeBackend:
 
     async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
         terms = query_terms(tokens)
-        if self.max_terms and len(terms) > self.max_terms:
-            terms = await self._cap_terms(terms, conn)
+        over_cap = bool(self.max_terms) and len(terms) > self.max_terms
+        if (over_cap and self.selective) or (self.max_frequency < 1 and len(terms) > 1):
+            terms = await self._select_terms(terms, conn)
+        if self.max_terms:
+            terms = terms[: self.max_terms]
         if not terms:
             return None
         # Terms hold only word characters; quoting each keeps to_tsquery from reading syntax.
         return " | ".join(f"'{t}'" for t in terms)
 
-    async def _cap_terms(self, terms: list[str], conn: AsyncConnection) -> list[str]:
-        if not self.selective:
-            return terms[: self.max_terms]
+    async def _select_terms(self, terms: list[str], conn: AsyncConnection) -> list[str]:
+        """Drop terms in more than ``max_frequency`` of the rows, then keep the rarest ``max_terms``.
+
+        ts_rank has no IDF, so a term half the rows contain ranks them all on a par with a rare one,
+        and OR-ing it in makes the arm score every such row. A query of common terms only keeps them.
+        """
         from sqlalchemy import text  # late: keeps the module import cheap
 
         try:
             async with conn.begin_nested():
                 rows = (await conn.execute(text(_TERM_FREQUENCIES), {"language": self.language, "tokens": terms})).all()
         except Exception:  # statistics are an optimisation: fall back to the first terms
-            return terms[: self.max_terms]
+            return terms
         words: list[Any] = [r for r in rows if r.lexeme]  # no lexeme: a stopword
-        keep = sorted(words, key=lambda r: (r.freq, r.ord))[: self.max_terms]
-        return [r.token for r in sorted(keep, key=lambda r: r.ord)]
+        specific = [r for r in words if r.freq <= self.max_frequency]
+        words = specific or words
+        if self.max_terms and self.selective:
+            words = sorted(words, key=lambda r: (r.freq, r.ord))[: self.max_terms]
+        return [r.token for r in sorted(words, key=lambda r: r.ord)]
 
     def arm_sql(self, *, columns: str, where: str) -> str:
         rank = f"{self.config.rank}(search_vector, {self._tsquery()})"

@@ -194,9 +194,32 @@ async def test_cap_falls_back_to_the_first_terms() -> None:
     b = backend(bm25_max_query_terms=2)
     assert await b.prepare_query("", tokens, FakeConnection(fail=True)) == "'a' | 'b'"
     conn = FakeConnection({"a": 0.9})
-    b = backend(bm25_max_query_terms=2, bm25_selective_terms=False)
+    b = backend(bm25_max_query_terms=2, bm25_selective_terms=False, bm25_max_term_frequency=1.0)
     assert await b.prepare_query("", tokens, conn) == "'a' | 'b'"
     assert conn.executed == []
+
+
+async def test_terms_in_too_many_rows_are_dropped() -> None:
+    conn = FakeConnection({"alice": 0.5, "april": 0.37, "2024": 0.37, "hike": 0.02, "the": 0.9})
+    b = backend(bm25_max_term_frequency=0.1)
+    assert await b.prepare_query("", ["the", "alice", "hike", "april", "2024"], conn) == "'hike'"
+    b = backend(bm25_max_term_frequency=0.4)
+    assert await b.prepare_query("", ["alice", "hike", "april", "2024"], conn) == "'hike' | 'april' | '2024'"
+
+
+async def test_a_query_of_common_terms_only_keeps_them() -> None:
+    conn = FakeConnection({"alice": 0.5, "april": 0.37})
+    assert await backend(bm25_max_term_frequency=0.1).prepare_query("", ["alice", "april"], conn) == "'alice' | 'april'"
+
+
+async def test_frequency_pruning_needs_two_terms_and_survives_missing_statistics() -> None:
+    conn = FakeConnection({"alice": 0.5})
+    assert await backend().prepare_query("", ["alice"], conn) == "'alice'"
+    assert conn.executed == []  # one term: nothing to choose between, no statistics query
+    assert await backend().prepare_query("", ["alice", "hike"], FakeConnection(fail=True)) == "'alice' | 'hike'"
+    off = FakeConnection({"alice": 0.5})
+    assert await backend(bm25_max_term_frequency=1.0).prepare_query("", ["alice", "hike"], off) == "'alice' | 'hike'"
+    assert off.executed == []
 
 
 async def test_cap_counts_cjk_bigrams() -> None:

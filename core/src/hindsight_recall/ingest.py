@@ -50,6 +50,8 @@ _STAGE_COLUMNS = (
 )
 #: the binary COPY types of the staging columns, in order
 _STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4") for c in _STAGE_COLUMNS.split(", ")]
+#: the fixed part of autovacuum's analyze threshold (``autovacuum_analyze_threshold``)
+ANALYZE_MIN_ROWS = 50
 #: maintenance_work_mem for the HNSW build: about 2.5 kB per row keeps a 384-d graph in memory
 _INDEX_MEMORY_KB_PER_ROW = 2.5
 _INDEX_MEMORY_MB = (512, 2048)
@@ -143,6 +145,7 @@ class Ingestor:
                 await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
                                         (lines or {}).get(bank_id), stats)
                 offset += len(memories)
+            await _refresh_statistics(conn, offset)
         stats.seconds = time.perf_counter() - started
         return stats
 
@@ -342,6 +345,19 @@ async def _build_vector_indexes(conn: AsyncConnection, bank_id: str, internal_id
     await conn.execute(text(f"SET LOCAL maintenance_work_mem = '{megabytes}MB'"))
     for statement in vector_index_statements(bank_id, internal_id):
         await conn.execute(text(statement))
+
+
+async def _refresh_statistics(conn: AsyncConnection, written: int) -> None:
+    """ANALYZE after a load that autovacuum would analyze for (50 rows plus a tenth of the table).
+
+    The keyword arm reads term frequencies from the statistics; waiting for autovacuum would leave
+    the first minute after a bulk load without them.
+    """
+    rows = await conn.scalar(text(
+        "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
+    ))
+    if written >= ANALYZE_MIN_ROWS + 0.1 * float(rows or 0):
+        await conn.execute(text("ANALYZE memory_units"))
 
 
 async def _raw(conn: AsyncConnection) -> Any:

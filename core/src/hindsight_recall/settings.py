@@ -81,6 +81,7 @@ class Settings(BaseSettings, BankSettings):
     bm25_min_score: float = 0.0
     bm25_max_query_terms: int = Field(16, ge=0)
     bm25_selective_terms: bool = True
+    bm25_max_term_frequency: float = Field(1.0, gt=0, le=1)
 
     # Floors
     semantic_min_similarity: float = Field(0.3, ge=0, le=1)
