@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..hookspecs import hookimpl
 from ..protocols import RetrievalContext
 from ..settings import Settings
 from ..types import ArmResult
+from ._ann import AnnSettings
 from ._rows import COLUMNS, base_params, run_union, where_for
-
-log = logging.getLogger(__name__)
 
 _DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 
@@ -30,8 +27,7 @@ class SemanticRetriever:
     name = "semantic"
 
     def __init__(self, settings: Settings | None = None) -> None:
-        #: server settings found unknown (pgvector < 0.8); never sent again
-        self._unsupported: set[str] = set()
+        self._ann = AnnSettings()
 
     def enabled(self, ctx: RetrievalContext) -> bool:
         return bool(ctx.fact_types)
@@ -44,7 +40,8 @@ class SemanticRetriever:
             f"ORDER BY {_DISTANCE} LIMIT :limit)"
             for ft in ctx.fact_types
         ]
-        params = {**base_params(ctx), "embedding": vector_literal(ctx.embedding), "floor": floor, "limit": ctx.limit}
+        params = {**base_params(ctx), "embedding": vector_literal(ctx.embedding), "floor": floor,
+                  "limit": ctx.limit}
         async with ctx.db.connect() as conn:
             await self._ann_settings(conn, ctx)
             return await run_union(conn, self.name, ctx, subselects, params, "similarity")
@@ -55,15 +52,7 @@ class SemanticRetriever:
         if s.ann_iterative_scan:
             wanted["hnsw.iterative_scan"] = "strict_order"
             wanted["hnsw.max_scan_tuples"] = str(s.ann_max_scan_tuples)
-        for name, value in wanted.items():
-            if name in self._unsupported:
-                continue
-            try:
-                async with conn.begin_nested():
-                    await conn.execute(text("SELECT set_config(:name, :value, true)"), {"name": name, "value": value})
-            except Exception as exc:  # an older pgvector: remember, and never abort the query
-                log.warning("the server rejects %s (%s); not sending it again", name, exc)
-                self._unsupported.add(name)
+        await self._ann.apply(conn, wanted)
 
 
 @hookimpl

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections import deque
@@ -26,10 +25,9 @@ from ..hookspecs import hookimpl
 from ..protocols import RetrievalContext
 from ..settings import Settings
 from ..types import ArmResult, Hit, MemoryRow, TimeWindow
+from ._ann import AnnSettings
 from ._rows import COLUMNS, base_params, row_from, run_union, where_for
 from .semantic import vector_literal
-
-log = logging.getLogger(__name__)
 
 POOL_LIMIT = 60
 BUCKETS = 8
@@ -197,8 +195,7 @@ class TemporalRetriever:
     name = "temporal"
 
     def __init__(self, settings: Settings | None = None) -> None:
-        #: server settings found unknown (pgvector < 0.8); never sent again
-        self._unsupported: set[str] = set()
+        self._ann = AnnSettings()
 
     def enabled(self, ctx: RetrievalContext) -> bool:
         return ctx.window is not None and ctx.settings.enable_temporal_retrieval and bool(ctx.fact_types)
@@ -250,15 +247,7 @@ class TemporalRetriever:
         if settings.ann_iterative_scan:
             wanted["hnsw.iterative_scan"] = "strict_order"
             wanted["hnsw.max_scan_tuples"] = str(settings.ann_max_scan_tuples)
-        for name, value in wanted.items():
-            if name in self._unsupported:
-                continue
-            try:
-                async with conn.begin_nested():
-                    await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-            except Exception as exc:  # an older pgvector: remember, and never abort the query
-                log.warning("the server rejects %s (%s); not sending it again", name, exc)
-                self._unsupported.add(name)
+        await self._ann.apply(conn, wanted)
 
 
 def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
