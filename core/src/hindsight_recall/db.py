@@ -85,6 +85,15 @@ class Database:
         async with self.engine.begin() as conn:
             yield conn
 
+    async def vacuum_analyze(self, tables: Sequence[str]) -> None:
+        """``VACUUM (ANALYZE)`` the tables; it cannot run inside a transaction, so autocommit."""
+        if self.engine is None:
+            raise DatabaseError("the database is not open; use 'async with Engine()' first")
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for table in tables:
+                await conn.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
+
     def limited(self, connections: int) -> LimitedConnections:
         """A view that lets one recall hold at most ``connections`` connections at once."""
         return LimitedConnections(self, connections)

@@ -50,8 +50,10 @@ _STAGE_COLUMNS = (
 )
 #: the binary COPY types of the staging columns, in order
 _STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4") for c in _STAGE_COLUMNS.split(", ")]
-#: the fixed part of autovacuum's analyze threshold (``autovacuum_analyze_threshold``)
-ANALYZE_MIN_ROWS = 50
+#: a load of this many rows plus a tenth of the table is vacuumed and analyzed before retain returns
+#: (autovacuum's analyze threshold)
+MAINTAIN_MIN_ROWS = 50
+MAINTAINED_TABLES = ("memory_units", "unit_entities", "memory_links", "observation_sources")
 #: maintenance_work_mem for the HNSW build: about 2.5 kB per row keeps a 384-d graph in memory
 _INDEX_MEMORY_KB_PER_ROW = 2.5
 _INDEX_MEMORY_MB = (512, 2048)
@@ -87,6 +89,8 @@ class RetainStats:
     link_compute_seconds: float = 0.0
     #: building a new bank's HNSW indexes
     index_seconds: float = 0.0
+    #: VACUUM (ANALYZE) after a bulk load
+    maintenance_seconds: float = 0.0
     per_bank: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -99,7 +103,8 @@ class RetainStats:
             "seconds": round(self.seconds, 3), "embedding_seconds": round(self.embedding_seconds, 3),
             "load_seconds": round(self.load_seconds, 3), "link_seconds": round(self.link_seconds, 3),
             "link_compute_seconds": round(self.link_compute_seconds, 3),
-            "index_seconds": round(self.index_seconds, 3), "memories_per_second": round(self.per_second, 1),
+            "index_seconds": round(self.index_seconds, 3), "maintenance_seconds": round(self.maintenance_seconds, 3),
+            "memories_per_second": round(self.per_second, 1),
         }
 
 
@@ -145,7 +150,16 @@ class Ingestor:
                 await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
                                         (lines or {}).get(bank_id), stats)
                 offset += len(memories)
-            await _refresh_statistics(conn, offset)
+            rows_before = await conn.scalar(text(
+                "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
+            ))
+        if needs_maintenance(offset, float(rows_before or 0)):
+            # What autovacuum would do within a minute of a bulk load, done before the first recall:
+            # statistics for the keyword arm's term frequencies, and visibility maps, without which
+            # the graph arm's index-only walks over entity pairs fetch every heap row.
+            t1 = time.perf_counter()
+            await self.db.vacuum_analyze(MAINTAINED_TABLES)
+            stats.maintenance_seconds = time.perf_counter() - t1
         stats.seconds = time.perf_counter() - started
         return stats
 
@@ -347,17 +361,9 @@ async def _build_vector_indexes(conn: AsyncConnection, bank_id: str, internal_id
         await conn.execute(text(statement))
 
 
-async def _refresh_statistics(conn: AsyncConnection, written: int) -> None:
-    """ANALYZE after a load that autovacuum would analyze for (50 rows plus a tenth of the table).
-
-    The keyword arm reads term frequencies from the statistics; waiting for autovacuum would leave
-    the first minute after a bulk load without them.
-    """
-    rows = await conn.scalar(text(
-        "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
-    ))
-    if written >= ANALYZE_MIN_ROWS + 0.1 * float(rows or 0):
-        await conn.execute(text("ANALYZE memory_units"))
+def needs_maintenance(written: int, table_rows: float) -> bool:
+    """Whether a load is big enough for autovacuum's analyze threshold: 50 rows plus a tenth of the table."""
+    return written >= MAINTAIN_MIN_ROWS + 0.1 * table_rows
 
 
 async def _raw(conn: AsyncConnection) -> Any:
