@@ -51,8 +51,9 @@ def _one_pass_sql(arm_sql: Any, ctx: RetrievalContext) -> str:
         f"WITH matched AS {matched}, ranked AS (SELECT id, bm25_score, row_number() OVER "
         "(PARTITION BY fact_type ORDER BY bm25_score DESC, id) AS rn FROM matched) "
         # OFFSET 0 keeps each lookup a primary-key probe: as a join, the planner hashed the whole table
-        f"SELECT kept.*, ranked.bm25_score FROM ranked CROSS JOIN LATERAL (SELECT {COLUMNS} FROM memory_units "
-        "WHERE memory_units.id = ranked.id OFFSET 0) kept WHERE ranked.rn <= :per_type ORDER BY ranked.rn"
+        f"SELECT kept.*, ranked.bm25_score FROM ranked CROSS JOIN LATERAL ("
+        f"SELECT {COLUMNS} FROM memory_units WHERE memory_units.id = ranked.id OFFSET 0) kept "
+        "WHERE ranked.rn <= :per_type ORDER BY ranked.rn"
     )
 
 
