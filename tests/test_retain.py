@@ -230,3 +230,20 @@ async def test_a_bulk_load_is_vacuumed_and_analyzed_before_retain_returns(engine
     analyzed = await count(engine, "SELECT count(*) FROM pg_stats WHERE tablename = 'memory_units' "
                                    "AND attname = 'search_vector' AND most_common_elems IS NOT NULL")
     assert analyzed == 1  # the keyword arm's term frequencies exist
+
+
+async def test_a_failed_vacuum_keeps_the_committed_load(
+    engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def refuse(tables: object) -> None:
+        raise RuntimeError("must be owner of table memory_units")
+
+    monkeypatch.setattr(engine.db, "vacuum_analyze", refuse)
+    rows = await count(engine, "SELECT greatest(reltuples, 0)::int FROM pg_class WHERE relname = 'memory_units'")
+    n = 60 + rows // 10
+    vectors = np.random.default_rng(1).normal(size=(n, engine.embedder.dimensions()))
+    with caplog.at_level("WARNING"):
+        stats = await engine.retain(bank, [{"id": f"m{i}", "text": f"Bob sailed {i}."} for i in range(n)],
+                                    embeddings=vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    assert stats.memories == n and "must be owner" in caplog.text
+    assert await count(engine, "SELECT count(*) FROM memory_units WHERE bank_id = :b", b=bank) == n

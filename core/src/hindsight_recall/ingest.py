@@ -8,6 +8,7 @@ indexes, and they are written with one binary COPY.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 import uuid
@@ -41,6 +42,8 @@ from .protocols import EmbeddingProvider, TextSearchBackend
 from .schema import vector_index_statements
 from .settings import Settings
 from .types import Memory
+
+log = logging.getLogger(__name__)
 
 _STAGE_COLUMNS = (
     "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
@@ -103,7 +106,8 @@ class RetainStats:
             "seconds": round(self.seconds, 3), "embedding_seconds": round(self.embedding_seconds, 3),
             "load_seconds": round(self.load_seconds, 3), "link_seconds": round(self.link_seconds, 3),
             "link_compute_seconds": round(self.link_compute_seconds, 3),
-            "index_seconds": round(self.index_seconds, 3), "maintenance_seconds": round(self.maintenance_seconds, 3),
+            "index_seconds": round(self.index_seconds, 3),
+            "maintenance_seconds": round(self.maintenance_seconds, 3),
             "memories_per_second": round(self.per_second, 1),
         }
 
@@ -150,15 +154,19 @@ class Ingestor:
                 await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
                                         (lines or {}).get(bank_id), stats)
                 offset += len(memories)
-            rows_before = await conn.scalar(text(
+            # the planner's estimate; a new bank's index build has already counted this load
+            table_rows = await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
-        if needs_maintenance(offset, float(rows_before or 0)):
+        if needs_maintenance(offset, float(table_rows or 0)):
             # What autovacuum would do within a minute of a bulk load, done before the first recall:
             # statistics for the keyword arm's term frequencies, and visibility maps, without which
             # the graph arm's index-only walks over entity pairs fetch every heap row.
             t1 = time.perf_counter()
-            await self.db.vacuum_analyze(MAINTAINED_TABLES)
+            try:
+                await self.db.vacuum_analyze(MAINTAINED_TABLES)
+            except Exception as exc:  # the memories are committed; this only speeds up recall
+                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
             stats.maintenance_seconds = time.perf_counter() - t1
         stats.seconds = time.perf_counter() - started
         return stats
