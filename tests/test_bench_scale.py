@@ -53,18 +53,18 @@ def test_helpers() -> None:
     assert phase_seconds(body) == {"retrieval_semantic": 0.01, "rrf_merge": 0.001}
 
 
-def test_bench_scale_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_scale_smoke_at_10k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HINDSIGHT_API_DATABASE_URL", raising=False)
     monkeypatch.setenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(tmp_path / "pg"))
     plot = importlib.util.find_spec("matplotlib") is not None
     out = tmp_path / "out"
-    args = ["bench", "scale", "--sizes", "300", "--concurrency", "1,2", "--queries", "6",
+    args = ["bench", "scale", "--sizes", "10k", "--concurrency", "1,2", "--queries", "6",
             "--budget", "low,mid", "--out", str(out), "--plot" if plot else "--no-plot"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "scale.json").read_text())
     (size,) = report["sizes"]
-    assert size["memories"] == 300 and size["ingest"]["per_second_without_embedding"] > 0
+    assert size["memories"] == 10_000 and size["ingest"]["per_second_without_embedding"] > 0
     assert size["database"]["bytes_per_memory"] > 0 and size["ingest"]["links_per_memory"] > 0
     assert set(size["recall"]) == {"all arms", "semantic + keyword"}
     mid = size["recall"]["all arms"]["mid"]
@@ -72,6 +72,6 @@ def test_bench_scale_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert mid["mean_results"] > 0  # synthetic query vectors land near their topic
     assert [r["concurrency"] for r in size["concurrency"]] == [1, 2]
     assert all(not r["errors"] for r in size["concurrency"])
-    assert "| 300 |" in (out / "scale.md").read_text()
+    assert "| 10k |" in (out / "scale.md").read_text()
     assert (out / "scale.png").exists() == plot
-    assert not (tmp_path / "pg" / "scale-300").exists()  # the size's database is removed
+    assert not (tmp_path / "pg" / "scale-10000").exists()  # the size's database is removed
