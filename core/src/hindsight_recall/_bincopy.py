@@ -40,6 +40,11 @@ def encode(columns: Sequence[np.ndarray], start: int = 0, stop: int | None = Non
     return block.tobytes()
 
 
+async def driver_connection(conn: Any) -> Any:
+    """The psycopg connection under a SQLAlchemy ``AsyncConnection``, for COPY and binary reads."""
+    return (await conn.get_raw_connection()).driver_connection
+
+
 async def copy_columns(raw: Any, statement: str, columns: Sequence[np.ndarray]) -> int:
     """Run ``COPY ... FROM STDIN (FORMAT BINARY)`` with the rows of ``columns``; return the row count.
 

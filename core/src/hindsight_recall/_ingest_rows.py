@@ -10,7 +10,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._bincopy import copy_columns
+from ._bincopy import copy_columns, driver_connection
 from .errors import RetainError
 from .types import Memory
 
@@ -72,7 +72,7 @@ async def write_entities(
         ),
         {"ids": list(names), "banks": [bank_id] * len(names), "names": list(names.values())},
     )
-    raw = (await conn.get_raw_connection()).driver_connection
+    raw = await driver_connection(conn)
     for fact_type in sorted(set(pairs.values())):  # binary COPY text is fixed-width: one COPY per type
         ordered = sorted(pair for pair, ft in pairs.items() if ft == fact_type)
         encoded = fact_type.encode()

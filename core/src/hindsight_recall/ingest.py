@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import banks
+from ._bincopy import driver_connection
 from ._ingest_rows import check_references, write_chunks, write_entities
 from ._ingest_rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
 from ._ingest_rows import unit_id as unit_id
@@ -282,12 +283,12 @@ class Ingestor:
     ) -> None:
         """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert.
 
-        Rows are written in id order: the primary key then fills page by page, and later foreign-key
-        checks from links and entities (also sent in id order) read the table in order.
+        Rows are written in id order: the primary key then fills page by page, and the entity pairs'
+        foreign-key checks (also sent in id order) read the table in order.
         """
         from pgvector.psycopg import register_vector_async  # late: only retain writes vectors
 
-        raw = await _raw(conn)
+        raw = await driver_connection(conn)
         await register_vector_async(raw)
         await conn.execute(text(
             f"CREATE TEMP TABLE IF NOT EXISTS retain_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS"
@@ -342,7 +343,7 @@ class Ingestor:
         causal = causal_links(ids, [[unit_id(bank_id, c) for c in m.causes] for m in memories])
         if not causal:
             return written
-        raw = await _raw(conn)
+        raw = await driver_connection(conn)
         await conn.execute(text(
             "CREATE TEMP TABLE IF NOT EXISTS stage_links (from_unit_id uuid, to_unit_id uuid, link_type text, "
             "weight double precision) ON COMMIT DELETE ROWS"
@@ -372,12 +373,6 @@ async def _build_vector_indexes(conn: AsyncConnection, bank_id: str, internal_id
 def needs_maintenance(written: int, table_rows: float) -> bool:
     """Whether a load is big enough for autovacuum's analyze threshold: 50 rows plus a tenth of the table."""
     return written >= MAINTAIN_MIN_ROWS + 0.1 * table_rows
-
-
-async def _raw(conn: AsyncConnection) -> Any:
-    """The psycopg connection under SQLAlchemy, for COPY."""
-    raw = await conn.get_raw_connection()
-    return raw.driver_connection
 
 
 def _check_unique(memories: Sequence[Memory], lines: Sequence[int] | None) -> None:

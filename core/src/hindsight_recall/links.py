@@ -13,13 +13,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._bincopy import copy_columns
+from ._bincopy import copy_columns, driver_connection
 from ._knn import neighbours
 
 Link = tuple[uuid.UUID, uuid.UUID, str, float]
@@ -137,7 +136,7 @@ async def semantic_links(
         return await _semantic_by_index(conn, bank_id, ids, floor)
     from pgvector.psycopg import register_vector_async  # late: only retain reads vectors back
 
-    raw = await _driver(conn)
+    raw = await driver_connection(conn)
     await register_vector_async(raw)  # vectors arrive as numpy arrays in binary, not text to parse
     cursor = raw.cursor(binary=True)
     await cursor.execute(
@@ -201,7 +200,7 @@ async def temporal_links(
     known = [d for d in dates if d is not None]
     if not known:
         return Links("temporal", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
-    raw = await _driver(conn)
+    raw = await driver_connection(conn)
     cursor = raw.cursor(binary=True)
     await cursor.execute(
         "SELECT id, extract(epoch FROM event_date)::float8 FROM memory_units WHERE bank_id = %s "
@@ -213,11 +212,6 @@ async def temporal_links(
     keys = uuid_keys([r[0] for r in rows])
     times = np.array([r[1] for r in rows], dtype=np.float64)
     return temporal_pairs(keys, times, _positions(keys, uuid_keys(ids)))
-
-
-async def _driver(conn: AsyncConnection) -> Any:
-    """The psycopg connection under SQLAlchemy, for binary reads and COPY."""
-    return (await conn.get_raw_connection()).driver_connection
 
 
 def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -239,9 +233,7 @@ def causal_links(ids: list[uuid.UUID], causes: Sequence[Sequence[uuid.UUID]]) ->
 async def copy_links(conn: AsyncConnection, batches: Sequence[Links]) -> int:
     """Write links with one binary COPY into ``memory_links``; the caller ensures none exists yet.
 
-    Rows go in source order: the two indexes that lead with ``from_unit_id`` then fill page by page,
-    and on a new bank (rows loaded in id order) the foreign-key checks of the source read the table
-    in order too.
+    Rows go in source order: the two indexes that lead with ``from_unit_id`` then fill page by page.
 
     :param conn: the retain transaction.
     :param batches: the links, one :class:`Links` per type.
@@ -258,7 +250,7 @@ async def copy_links(conn: AsyncConnection, batches: Sequence[Links]) -> int:
     types = np.concatenate([np.full(len(b), b.link_type.encode(), dtype=kind) for b in batches])
     columns = [sources[order], np.concatenate([b.targets for b in batches])[order], types[order],
                np.concatenate([b.weights for b in batches]).astype(">f8")[order]]
-    raw = await _driver(conn)
+    raw = await driver_connection(conn)
     return await copy_columns(
         raw, "COPY memory_links (from_unit_id, to_unit_id, link_type, weight) FROM STDIN (FORMAT BINARY)",
         columns,

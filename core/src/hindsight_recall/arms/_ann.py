@@ -8,7 +8,18 @@ from collections.abc import Mapping
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..settings import Settings
+
 log = logging.getLogger(__name__)
+
+
+def hnsw_settings(ef_search: int, settings: Settings) -> dict[str, str]:
+    """The search depth, plus iterative scans (``ANN_ITERATIVE_SCAN``) so filters cannot starve a LIMIT."""
+    wanted = {"hnsw.ef_search": str(ef_search)}
+    if settings.ann_iterative_scan:
+        wanted["hnsw.iterative_scan"] = "strict_order"
+        wanted["hnsw.max_scan_tuples"] = str(settings.ann_max_scan_tuples)
+    return wanted
 
 
 class AnnSettings:

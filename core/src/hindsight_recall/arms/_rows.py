@@ -14,6 +14,8 @@ from ..schema import ROW_COLUMNS
 from ..types import ArmResult, Hit, MemoryRow
 
 COLUMNS = ROW_COLUMNS
+#: cosine distance to the query vector bound as ``:embedding``
+DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 
 
 def row_from(m: Mapping[Any, Any]) -> MemoryRow:

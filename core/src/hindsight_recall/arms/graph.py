@@ -39,14 +39,14 @@ from ..hookspecs import hookimpl
 from ..protocols import RetrievalContext
 from ..settings import Settings
 from ..types import ArmResult
-from ._rows import COLUMNS, base_params, run_union, where_for
-from .semantic import SemanticRetriever, vector_literal
+from ._ann import AnnSettings, hnsw_settings
+from ._rows import COLUMNS, DISTANCE, base_params, run_union, where_for
+from .semantic import ef_search, vector_literal
 
 log = logging.getLogger(__name__)
 
 SEED_LIMIT = 20
 CAUSAL_TYPES = "('causes', 'caused_by', 'enables', 'prevents')"
-_DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 
 
 class GraphRetriever:
@@ -55,8 +55,7 @@ class GraphRetriever:
     name = "graph"
 
     def __init__(self, settings: Settings | None = None) -> None:
-        # reuses the semantic arm's HNSW settings (and its memory of settings the server rejects)
-        self._ann = SemanticRetriever(settings)
+        self._ann = AnnSettings()
 
     def enabled(self, ctx: RetrievalContext) -> bool:
         """Run when ``ENABLE_GRAPH_RETRIEVAL`` is on and fact types were asked for.
@@ -91,7 +90,7 @@ class GraphRetriever:
                 if ctx.filter.sql != "TRUE":
                     # unfiltered, the (bank, type) index finds 20 seeds at its default depth (40);
                     # filtered, the iterative scan keeps hidden rows from starving the seeds
-                    await self._ann._ann_settings(conn, ctx)
+                    await self._ann.apply(conn, hnsw_settings(ef_search(ctx.limit), ctx.settings))
                 return await run_union(conn, self.name, ctx, subselects, statements[0][1], "graph_score")
 
 
@@ -119,8 +118,8 @@ def expansion_sql(
     }
     ctes = [
         f"seeds AS MATERIALIZED (SELECT id AS seed_id, source_memory_ids AS seed_sources FROM memory_units "
-        f"WHERE {where} AND embedding IS NOT NULL AND 1 - {_DISTANCE} >= :seed_floor "
-        f"ORDER BY {_DISTANCE} LIMIT :seed_limit)",
+        f"WHERE {where} AND embedding IS NOT NULL AND 1 - {DISTANCE} >= :seed_floor "
+        f"ORDER BY {DISTANCE} LIMIT :seed_limit)",
         "semantic_hits AS (SELECT cand_id, max(weight) AS w FROM ("
         "SELECT l.to_unit_id AS cand_id, l.weight FROM memory_links l "
         "JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.link_type = 'semantic' UNION ALL "

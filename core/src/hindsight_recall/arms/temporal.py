@@ -25,8 +25,8 @@ from ..hookspecs import hookimpl
 from ..protocols import RetrievalContext
 from ..settings import Settings
 from ..types import ArmResult, Hit, MemoryRow, TimeWindow
-from ._ann import AnnSettings
-from ._rows import COLUMNS, base_params, row_from, run_union, where_for
+from ._ann import AnnSettings, hnsw_settings
+from ._rows import COLUMNS, DISTANCE, base_params, row_from, run_union, where_for
 from .semantic import vector_literal
 
 POOL_LIMIT = 60
@@ -45,7 +45,6 @@ LINK_FACTORS: dict[str, float] = {
     "causes": 2.0, "caused_by": 2.0, "enables": 1.5, "prevents": 1.5, "temporal": 1.0,
 }
 
-_DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 # Written exactly as SPEC §6.4; each arm is a range on one partial (bank_id, fact_type, <col>) index.
 _TOUCHES_WINDOW = (
     "((occurred_start IS NOT NULL AND occurred_end IS NOT NULL "
@@ -208,7 +207,8 @@ class TemporalRetriever:
             "floor": ctx.settings.temporal_semantic_min_similarity,
         }
         async with ctx.db.connect() as conn:
-            await self._ann_settings(conn, ctx.settings)
+            # the pool may be served by the HNSW index with the dates as a post-filter
+            await self._ann.apply(conn, hnsw_settings(POOL_LIMIT, ctx.settings))
             pools = await run_union(conn, self.name, ctx, [_pool_sql(ctx, ft) for ft in ctx.fact_types], {
                 **params, "window_start": ctx.window.start, "window_end": ctx.window.end, "limit": POOL_LIMIT,
             }, "similarity")
@@ -240,21 +240,12 @@ class TemporalRetriever:
             for state in active:
                 visited.update(state.absorb(by_type[state.fact_type], batches[state.fact_type], ctx.window))
 
-    async def _ann_settings(self, conn: AsyncConnection, settings: Settings) -> None:
-        # The pool may be served by the HNSW index with the dates as a post-filter; iterative scans keep
-        # it from running dry after ef_search candidates.
-        wanted = {"hnsw.ef_search": str(POOL_LIMIT)}
-        if settings.ann_iterative_scan:
-            wanted["hnsw.iterative_scan"] = "strict_order"
-            wanted["hnsw.max_scan_tuples"] = str(settings.ann_max_scan_tuples)
-        await self._ann.apply(conn, wanted)
-
 
 def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
     return (
-        f"(SELECT {COLUMNS}, 1 - {_DISTANCE} AS similarity FROM memory_units "
+        f"(SELECT {COLUMNS}, 1 - {DISTANCE} AS similarity FROM memory_units "
         f"WHERE {where_for(ctx, fact_type)} AND embedding IS NOT NULL AND {_TOUCHES_WINDOW} "
-        f"AND 1 - {_DISTANCE} >= :floor ORDER BY {_DISTANCE} LIMIT :limit)"
+        f"AND 1 - {DISTANCE} >= :floor ORDER BY {DISTANCE} LIMIT :limit)"
     )
 
 
@@ -272,7 +263,7 @@ def _neighbours_sql(ctx: RetrievalContext) -> str:
         f"AND link_type = 'temporal' AND weight >= :min_weight) AS l "
         f"JOIN memory_units ON memory_units.id = l.child "
         f"WHERE bank_id = :bank_id AND fact_type = f.kind AND {ctx.filter.sql} "
-        f"AND embedding IS NOT NULL AND 1 - {_DISTANCE} >= :floor "
+        f"AND embedding IS NOT NULL AND 1 - {DISTANCE} >= :floor "
         f"AND NOT (memory_units.id = ANY(CAST(:visited AS uuid[]))) "
         f"ORDER BY l.weight DESC, memory_units.id LIMIT :per_node) AS n"
     )
