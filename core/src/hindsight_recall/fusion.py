@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from .types import ArmResult, Candidate, Hit
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RRF_K = 60
 #: Fixed arm order inside RRF; arms not listed come after, in registration order.
@@ -20,26 +22,47 @@ RANK_BOOSTS = {"low": (0.05, 2), "medium": (0.2, 4), "high": (0.5, 8)}
 STRATEGIES = {"semantic": "semantic", "bm25": "keyword", "keyword": "keyword", "graph": "graph", "temporal": "temporal"}
 
 
+def _parse_arm_values(
+    raw: str, variable: str, value: Callable[[str], T | None], expected: str
+) -> dict[str, T]:
+    """Parse ``arm[:value],…`` (case-insensitive); entries ``value`` rejects are logged and ignored.
+
+    :param value: maps the text after ``:`` (empty when missing) to a value, or ``None`` if invalid.
+    """
+    parsed: dict[str, T] = {}
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        strategy, _, text = (p.strip() for p in entry.partition(":"))
+        result = value(text) if strategy in STRATEGIES else None
+        if result is None:
+            log.warning("HINDSIGHT_API_%s: ignoring %r (arms: semantic, bm25, graph, temporal; %s)",
+                        variable, entry, expected)
+            continue
+        parsed[STRATEGIES[strategy]] = result
+    return parsed
+
+
+def _level(text: str) -> str | None:
+    level = text or "medium"
+    return level if level in BOOST_DIVISORS else None
+
+
+def _weight(text: str) -> float | None:
+    try:
+        weight = float(text)
+    except ValueError:
+        return None
+    return weight if 0.0 <= weight < float("inf") else None
+
+
 @functools.cache
 def parse_boosts(raw: str) -> dict[str, str]:
     """Parse ``RECALL_STRATEGY_BOOSTS`` (``arm[:level],…``); bad entries are logged once and ignored.
 
     :param raw: e.g. ``"graph:high, bm25"`` (a missing level means ``medium``).
     """
-    boosts: dict[str, str] = {}
-    for entry in (e.strip().lower() for e in raw.split(",")):
-        if not entry:
-            continue
-        strategy, _, level = (p.strip() for p in entry.partition(":"))
-        level = level or "medium"
-        if strategy not in STRATEGIES or level not in BOOST_DIVISORS:
-            log.warning(
-                "HINDSIGHT_API_RECALL_STRATEGY_BOOSTS: ignoring %r (strategies: semantic, bm25, graph, temporal; "
-                "levels: low, medium, high)", entry,
-            )
-            continue
-        boosts[STRATEGIES[strategy]] = level
-    return boosts
+    return _parse_arm_values(raw, "RECALL_STRATEGY_BOOSTS", _level, "levels: low, medium, high")
 
 
 @functools.cache
@@ -48,23 +71,7 @@ def parse_weights(raw: str) -> dict[str, float]:
 
     :param raw: e.g. ``"bm25:1.5, temporal:0.5"``; arms not named weigh 1.
     """
-    weights: dict[str, float] = {}
-    for entry in (e.strip().lower() for e in raw.split(",")):
-        if not entry:
-            continue
-        strategy, _, value = (p.strip() for p in entry.partition(":"))
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = -1.0
-        if strategy not in STRATEGIES or not 0.0 <= weight < float("inf"):
-            log.warning(
-                "HINDSIGHT_API_RECALL_RRF_WEIGHTS: ignoring %r (write arm:weight with arms semantic, bm25, graph, "
-                "temporal and a weight >= 0)", entry,
-            )
-            continue
-        weights[STRATEGIES[strategy]] = weight
-    return weights
+    return _parse_arm_values(raw, "RECALL_RRF_WEIGHTS", _weight, "write arm:weight with a weight >= 0")
 
 
 def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str, list[Hit]]:
@@ -116,7 +123,8 @@ def boosted_key(
     for arm, level in boosts.items():
         rank = cand.source_ranks.get(f"{arm}_rank")
         if rank is not None:
-            key += (weights or {}).get(arm, 1.0) * (1.0 / (k + rank / BOOST_DIVISORS[level]) - 1.0 / (k + rank))
+            gain = 1.0 / (k + rank / BOOST_DIVISORS[level]) - 1.0 / (k + rank)
+            key += (weights or {}).get(arm, 1.0) * gain
     return key
 
 
