@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from sqlalchemy import event, text
-
 from hindsight_recall import Engine
-from hindsight_recall.arms._ann import AnnSettings
+from hindsight_recall.recall.arms._ann import AnnSettings
+from sqlalchemy import event, text
 
 
 async def test_rejected_settings_are_remembered_and_accepted_ones_batched(

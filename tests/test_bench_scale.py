@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hindsight_recall.bench_scale import int_list, percentiles, phase_seconds
+from hindsight_recall.bench.scale import int_list, percentiles, phase_seconds
+from hindsight_recall.bench.synthetic import DIMENSIONS, generate, queries
 from hindsight_recall.cli import main
-from hindsight_recall.synthetic import DIMENSIONS, generate, queries
 
 
 def test_generator_is_deterministic() -> None:

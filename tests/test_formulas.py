@@ -7,11 +7,17 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
-from hindsight_recall.budget import AdaptiveBudget, FixedBudget
-from hindsight_recall.fusion import arm_lists, boosted_key, cap_candidates, rrf_fuse
-from hindsight_recall.packing import pack
-from hindsight_recall.scoring import apply_floors, combined, normalise, passthrough_scores, proof_score, recency
+from hindsight_recall.recall.budget import AdaptiveBudget, FixedBudget
+from hindsight_recall.recall.fusion import arm_lists, boosted_key, cap_candidates, rrf_fuse
+from hindsight_recall.recall.packing import pack
+from hindsight_recall.recall.scoring import (
+    apply_floors,
+    combined,
+    normalise,
+    passthrough_scores,
+    proof_score,
+    recency,
+)
 from hindsight_recall.settings import Settings
 from hindsight_recall.types import ArmResult, Budget, Candidate, Hit, MemoryRow
 

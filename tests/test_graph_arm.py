@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hindsight_recall import Engine, banks
-from hindsight_recall.arms.graph import GraphRetriever
-from hindsight_recall.filters import tag_filter
+from hindsight_recall import Engine
 from hindsight_recall.protocols import RetrievalContext
-from hindsight_recall.request import query_tokens
+from hindsight_recall.recall.arms.graph import GraphRetriever
+from hindsight_recall.recall.filters import tag_filter
+from hindsight_recall.recall.request import query_tokens
+from hindsight_recall.store import banks
 from hindsight_recall.types import ArmResult
 from sqlalchemy import text
 

@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from hindsight_recall import Engine, RetainError, _knn, links
-from hindsight_recall.ingest import unit_id
-from hindsight_recall.synthetic import generate
+from hindsight_recall import Engine, RetainError
+from hindsight_recall.bench.synthetic import generate
+from hindsight_recall.retain import _knn, links
+from hindsight_recall.retain.ingest import unit_id
 from sqlalchemy import text
 
 

@@ -7,9 +7,9 @@ import uuid
 from typing import Any
 
 import pytest
-
-from hindsight_recall import Engine, InvalidRequest, banks
-from hindsight_recall.fusion import add_rank_boosts, interleave, parse_boosts, parse_weights, rrf_fuse
+from hindsight_recall import Engine, InvalidRequest
+from hindsight_recall.recall.fusion import add_rank_boosts, interleave, parse_boosts, parse_weights, rrf_fuse
+from hindsight_recall.store import banks
 from hindsight_recall.types import Candidate, Hit, MemoryRow
 
 

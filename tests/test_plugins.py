@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from hindsight_recall import BackendNotFound, Engine, PluginLoadError, get_plugin_manager, hookimpl, load_settings
+from hindsight_recall import (
+    BackendNotFound,
+    Engine,
+    PluginLoadError,
+    get_plugin_manager,
+    hookimpl,
+    load_settings,
+)
 
 CORE_ITEMS = {("semantic", "retriever"), ("keyword", "retriever"), ("fixed", "budget_function"),
               ("adaptive", "budget_function"), ("rrf", "reranker"), ("local", "embeddings")}
@@ -156,9 +162,8 @@ def test_plugins_command_json(load: str | None, expect_native: bool) -> None:
 
 async def test_switching_backend_on_a_populated_database_fails_with_instructions(make_settings: Any, engine: Engine,
                                                                                  alice: str) -> None:
-    from hindsight_recall_native import NativeBackend
-
     from hindsight_recall import ConfigError
+    from hindsight_recall_native import NativeBackend
 
     class OtherBackend(NativeBackend):
         """The native backend under another name."""

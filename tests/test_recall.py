@@ -6,10 +6,10 @@ import logging
 from typing import Any
 
 import pytest
-
-from hindsight_recall import Engine, InvalidRequest, banks
-from hindsight_recall.fusion import ARM_ORDER
-from hindsight_recall.trace import DIAGNOSTIC_PREFIXES
+from hindsight_recall import Engine, InvalidRequest
+from hindsight_recall.recall.fusion import ARM_ORDER
+from hindsight_recall.recall.trace import DIAGNOSTIC_PREFIXES
+from hindsight_recall.store import banks
 
 PHASES = ["backend_acquisition", "generate_query_embedding", "temporal_extraction", "parallel_retrieval",
           "rrf_merge", "rerank_prefilter", "reranking", "combined_scoring", "prefer_observations_dedup",
@@ -85,7 +85,7 @@ async def test_tag_modes(engine: Engine, alice: str, tags: list[str] | None, mat
 async def test_tag_filter_applies_before_limit(engine: Engine, bank: str) -> None:
     noise = [{"id": f"n{i}", "text": f"Alice note number {i} about the weather", "tags": ["noise"]} for i in range(30)]
     await engine.retain(bank, [*noise, {"id": "target", "text": "Alice note about the garden", "tags": ["garden"]}])
-    from hindsight_recall import banks
+    from hindsight_recall.store import banks
 
     async with engine.db.connect() as conn:  # B = 5: thirty better-matching rows must not eat the limit
         await banks.set_bank_config(conn, bank, {"recall_budget_fixed_low": 5})
@@ -182,7 +182,7 @@ async def test_chunks_are_budgeted_and_cut(engine: Engine, bank: str) -> None:
 
 
 async def test_bank_config_overrides_budget(engine: Engine, alice: str) -> None:
-    from hindsight_recall import banks
+    from hindsight_recall.store import banks
 
     async with engine.db.connect() as conn:
         stored = await banks.set_bank_config(conn, alice, {"recall_budget_fixed_mid": 2})

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from hindsight_recall.testing.http_server import FixtureServer, Reply, cohere_routes, jina_routes, tei_routes
 
 MEMORIES = [{"id": "tea", "text": "Alice likes green tea."}, {"id": "job", "text": "Alice works at Helios Robotics."},

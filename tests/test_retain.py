@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import text
-
 from hindsight_recall import Engine, RetainError
-from hindsight_recall.ingest import unit_id
-from hindsight_recall.memories import parse_lines, read_jsonl
+from hindsight_recall.retain.ingest import unit_id
+from hindsight_recall.retain.memories import parse_lines, read_jsonl
+from sqlalchemy import text
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo" / "dev" / "memories.jsonl"
 
@@ -131,7 +130,7 @@ async def test_locomo_bank_retains(engine: Engine, bank: str) -> None:
 
 
 async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
-    from hindsight_recall.schema import MIGRATIONS, migrate
+    from hindsight_recall.store.schema import MIGRATIONS, migrate
 
     async with engine.db.connect() as conn:
         await migrate(conn, 384, engine.text_search)  # a second run changes nothing
@@ -150,7 +149,7 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
 
 
 async def test_observation_sources_follow_retain_reretain_and_delete(engine: Engine, bank: str) -> None:
-    from hindsight_recall import banks
+    from hindsight_recall.store import banks
 
     facts = [{"id": f"f{i}", "text": f"Alice fact {i}."} for i in range(3)]
     await engine.retain(bank, [*facts, {"id": "obs", "text": "Alice likes facts.", "type": "observation",
@@ -171,7 +170,7 @@ async def test_observation_sources_follow_retain_reretain_and_delete(engine: Eng
 
 
 async def test_deleting_a_bank_removes_its_links_and_only_its_links(engine: Engine, alice: str) -> None:
-    from hindsight_recall import banks
+    from hindsight_recall.store import banks
 
     other = f"{alice}-other"
     await engine.retain(other, [
@@ -208,7 +207,7 @@ async def test_entity_pairs_carry_their_memorys_fact_type(engine: Engine, bank: 
 
 
 def test_only_loads_autovacuum_would_act_on_are_maintained() -> None:
-    from hindsight_recall.ingest import needs_maintenance
+    from hindsight_recall.retain.ingest import needs_maintenance
 
     assert needs_maintenance(50, 0) and not needs_maintenance(49, 0)
     assert needs_maintenance(150, 1000) and not needs_maintenance(149, 1000)
@@ -218,7 +217,7 @@ def test_only_loads_autovacuum_would_act_on_are_maintained() -> None:
 async def test_a_bulk_load_is_vacuumed_and_analyzed_before_retain_returns(
     engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hindsight_recall.ingest import MAINTAINED_TABLES
+    from hindsight_recall.retain.ingest import MAINTAINED_TABLES
 
     calls: list[object] = []
     real = engine.db.vacuum_analyze

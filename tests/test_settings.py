@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from hindsight_recall import ConfigError, load_settings
 from hindsight_recall.settings import BankSettings, Settings
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from hindsight_recall import Engine
-from hindsight_recall.arms.temporal import (
+from hindsight_recall.recall.arms.temporal import (
     ENTRY_NO_DATE,
     NEIGHBOUR_NO_DATE,
     bucket_of,
@@ -17,8 +17,8 @@ from hindsight_recall.arms.temporal import (
     proximity,
     spread_over_time,
 )
-from hindsight_recall.banks import set_bank_config
 from hindsight_recall.settings import Settings
+from hindsight_recall.store.banks import set_bank_config
 from hindsight_recall.types import Hit, MemoryRow, TimeWindow
 
 YEAR = TimeWindow(datetime(2023, 1, 1, tzinfo=UTC), datetime(2023, 12, 31, 23, 59, 59, tzinfo=UTC))

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
-from hindsight_recall.timewindow import MAX_QUERY_CHARS, resolve_window, score_match
+from hindsight_recall.time.window import MAX_QUERY_CHARS, resolve_window, score_match
 
 #: A Wednesday afternoon.
 REF = datetime(2024, 3, 13, 15, 30, tzinfo=UTC)
@@ -217,7 +217,7 @@ def test_chinese_without_dates(query: str) -> None:
 
 
 def test_cjk_match_cut_from_a_longer_word_is_dropped() -> None:
-    from hindsight_recall.timewindow import _inside_cjk_word
+    from hindsight_recall.time.window import _inside_cjk_word
 
     text = "上周三开会"
     assert _inside_cjk_word(text, 0, 2)  # "上周" runs on into "三"
@@ -400,7 +400,7 @@ def test_non_temporal_query_never_loads_the_date_finder() -> None:
     code = (
         "import sys\n"
         "from datetime import datetime\n"
-        "from hindsight_recall.timewindow import resolve_window\n"
+        "from hindsight_recall.time.window import resolve_window\n"
         "ref = datetime(2024, 3, 13)\n"
         "assert resolve_window('Where does Alice work?', ref) is None\n"
         "assert resolve_window('What did Alice do last week?', ref) is not None\n"

@@ -19,8 +19,8 @@ from .errors import (
     RetainError,
 )
 from .hookspecs import hookimpl
-from .ingest import RetainStats
 from .plugins import get_plugin_manager
+from .retain.ingest import RetainStats
 from .settings import Settings, load_settings
 from .types import Budget, FactType, Memory, TagsMatch, TimeWindow
 

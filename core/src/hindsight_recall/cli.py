@@ -58,7 +58,7 @@ def demo(bank: str) -> None:
 @click.option("--bank", help="Bank for lines without a 'bank' field.")
 def retain(file: Path, bank: str | None) -> None:
     """Store the memories of a JSONL FILE, one memory per line."""
-    from .memories import read_jsonl
+    from .retain.memories import read_jsonl
 
     async def go() -> None:
         batches: dict[str, list[Any]] = {}
@@ -133,7 +133,7 @@ def bank() -> None:
 @click.argument("assignments", nargs=-1)
 def bank_config(bank_id: str, assignments: tuple[str, ...]) -> None:
     """Show or set BANK_ID's setting overrides: NAME=VALUE (NAME= removes one)."""
-    from . import banks
+    from .store import banks
 
     values: dict[str, Any] = {}
     for item in assignments:
@@ -167,7 +167,7 @@ def bench() -> None:
 def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, out: Path | None, json_out: Path | None,
                  per_arm: bool) -> None:
     """Retain a LoCoMo-style split into fresh banks, recall every question and score the ranking."""
-    from .bench_locomo import run_locomo
+    from .bench.locomo import run_locomo
 
     report = run(lambda: run_locomo(open_engine(), memories, queries, budget=budget, max_tokens=max_tokens,
                                     out=out, echo=click.echo, per_arm=per_arm))
@@ -190,7 +190,7 @@ def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, ou
 def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, query_count: int, seed: int,
                 out: Path, plot: bool, keep: bool) -> None:
     """Ingest synthetic banks of each size; time ingest, recall per phase and concurrent recalls."""
-    from .bench_scale import ScaleOptions, int_list, run_scale
+    from .bench.scale import ScaleOptions, int_list, run_scale
 
     levels = _split(budgets) or []
     if not levels or set(levels) - {b.value for b in Budget}:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
-from . import banks
-from .memories import parse_lines
+from .retain.memories import parse_lines
+from .store import banks
 
 ARMS = ("semantic", "keyword", "graph", "temporal")
 

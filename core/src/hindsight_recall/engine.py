@@ -10,17 +10,17 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from .db import Database
 from .errors import ConfigError, RecallTimeout
-from .ingest import Ingestor, RetainStats
-from .memories import parse_memory
 from .plugins import PluginManager, get_plugin_manager
 from .protocols import BudgetFunction, EmbeddingProvider, Retriever, TextSearchBackend
-from .recall import run_recall, warm_date_parser
-from .request import build_request
-from .rerank import RerankStage
-from .schema import migrate
+from .recall.pipeline import run_recall, warm_date_parser
+from .recall.request import build_request
+from .recall.rerank import RerankStage
+from .retain.ingest import Ingestor, RetainStats
+from .retain.memories import parse_memory
 from .settings import Settings, load_settings
+from .store.db import Database
+from .store.schema import migrate
 from .tokens import TokenCounter
 from .types import Memory
 
@@ -121,7 +121,7 @@ class Engine:
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
-            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace`` (see :func:`~hindsight_recall.request.build_request`).
+            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace`` (see :func:`~hindsight_recall.recall.request.build_request`).
         """
         request = build_request(bank_id, query, **options)
         queued = time.perf_counter()

@@ -26,12 +26,12 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "hindsight_recall"
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
-    "hindsight_recall.arms.semantic",
-    "hindsight_recall.arms.keyword",
-    "hindsight_recall.arms.graph",
-    "hindsight_recall.arms.temporal",
-    "hindsight_recall.budget",
-    "hindsight_recall.rerank",
+    "hindsight_recall.recall.arms.semantic",
+    "hindsight_recall.recall.arms.keyword",
+    "hindsight_recall.recall.arms.graph",
+    "hindsight_recall.recall.arms.temporal",
+    "hindsight_recall.recall.budget",
+    "hindsight_recall.recall.rerank",
     "hindsight_recall.embeddings",
 )
 

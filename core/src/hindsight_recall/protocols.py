@@ -17,8 +17,8 @@ from .types import ArmResult, Budget, TimeWindow
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from .db import LimitedConnections
     from .settings import Settings
+    from .store.db import LimitedConnections
 
 
 @dataclass(frozen=True)

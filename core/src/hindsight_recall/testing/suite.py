@@ -198,7 +198,7 @@ class TextSearchBackendSuite:
 
     def test_tags_filter_before_the_limit(self, hr_engine: Any, hr_run: Run, hr_bank: str) -> None:
         """Tag filters are part of the arm's WHERE: better-matching rows of other tags cannot fill ``B``."""
-        from .. import banks
+        from ..store import banks
 
         noise = [{"id": f"noise-{i}", "text": f"Quarterly report: the quarterly report figures, part {i}.",
                   "tags": ["noise"]} for i in range(12)]

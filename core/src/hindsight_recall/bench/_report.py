@@ -1,0 +1,144 @@
+"""The markdown tables and the PNG plot of a ``bench scale`` report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+PIP_LINE = "pip install 'hindsight-recall[bench]'  (or: pip install matplotlib)"
+
+
+def require_matplotlib() -> Any:
+    """Import matplotlib with a headless backend, or say how to install it."""
+    try:
+        import matplotlib  # late: only the plot needs it
+    except ImportError as exc:
+        raise ConfigError(f"the scale plot needs matplotlib: {PIP_LINE}; or pass --no-plot") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _size(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def load_and_links(size: dict[str, Any]) -> float:
+    """Memories per second of the load and the links alone (no embedding, no HNSW build)."""
+    i = size["ingest"]
+    return float(size["memories"] / max(i["load_seconds"] + i["link_seconds"], 1e-9))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """Ingest, recall latency, phases and concurrency tables of a report.
+
+    :param report: what :func:`~hindsight_recall.bench.scale.run_scale` returns.
+    """
+    sizes = report["sizes"]
+    out = ["### Ingest (one bulk retain into a new bank)", "",
+           "| memories | memories/s: load + links | + HNSW build | + embedding | load s | links s "
+           "| HNSW build s | links per memory | bytes per memory |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in sizes:
+        i, d = s["ingest"], s["database"]
+        est = " (est.)" if i.get("embedding_estimated") else ""
+        out.append(f"| {_size(s['memories'])} | {load_and_links(s):,.0f} | "
+                   f"{i['per_second_without_embedding']:,.0f} | "
+                   f"{i['per_second_with_embedding']:,.0f}{est} | {i['load_seconds']:.1f} | "
+                   f"{i['link_seconds']:.1f} | "
+                   f"{i['index_seconds']:.1f} | {i['links_per_memory']:.1f} | {d['bytes_per_memory']:,.0f} |")
+    configs = list(sizes[0]["recall"]) if sizes else []
+    out += ["", "### Recall latency, end to end (ms)", "",
+            "| memories | budget | " + " | ".join(f"{c} p50 / p95 / p99" for c in configs) + " |",
+            "|---:|---|" + "---:|" * len(configs)]
+    for s in sizes:
+        for budget in s["recall"][configs[0]]:
+            rows = [s["recall"][c][budget] for c in configs]
+            cells = [f"{r['p50']:.1f} / {r['p95']:.1f} / {r['p99']:.1f}" for r in rows]
+            out.append(f"| {_size(s['memories'])} | {budget} | " + " | ".join(cells) + " |")
+    if sizes:
+        last = sizes[-1]["recall"]
+        arms = {c: ", ".join(next(iter(last[c].values()))["arms"]) for c in configs}
+        out += ["", "Arms that ran: " + "; ".join(f"{c}: {a}" for c, a in arms.items()) + "."]
+    out += _phases(sizes, configs)
+    out += ["", "### Concurrent recalls (budget mid, all arms, one process)", "",
+            "| memories | concurrency | recalls/s | p50 ms | p95 ms | errors |",
+            "|---:|---:|---:|---:|---:|---:|"]
+    for s in sizes:
+        for r in s["concurrency"]:
+            out.append(f"| {_size(s['memories'])} | {r['concurrency']} | {r['throughput_per_s']:.1f} | "
+                       f"{r['p50']:.1f} | "
+                       f"{r['p95']:.1f} | {sum(r['errors'].values())} |")
+    return "\n".join(out) + "\n"
+
+
+def _phases(sizes: list[dict[str, Any]], configs: list[str]) -> list[str]:
+    if not sizes or "mid" not in sizes[0]["recall"][configs[0]]:
+        return []
+    names: list[str] = []
+    for s in sizes:
+        for name in s["recall"][configs[0]]["mid"]["phases"]:
+            if name not in names:
+                names.append(name)
+    out = ["", f"### Phases, budget mid, {configs[0]} (p50 / p95 ms)", "",
+           "| phase | " + " | ".join(_size(s["memories"]) for s in sizes) + " |",
+           "|---|" + "---:|" * len(sizes)]
+    for name in names:
+        cells = []
+        for s in sizes:
+            p = s["recall"][configs[0]]["mid"]["phases"].get(name)
+            cells.append(f"{p['p50']:.1f} / {p['p95']:.1f}" if p else "–")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Latency against bank size (log x) beside ingest throughput against bank size.
+
+    :param report: what :func:`~hindsight_recall.bench.scale.run_scale` returns.
+    :param path: the PNG to write.
+    """
+    plt = require_matplotlib()
+    sizes = report["sizes"]
+    xs = [s["memories"] for s in sizes]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+    configs = list(sizes[0]["recall"])
+    styles = {configs[0]: "-", **({configs[1]: ":"} if len(configs) > 1 else {})}
+    for config, style in styles.items():
+        for budget, colour in (("low", "tab:green"), ("mid", "tab:blue"), ("high", "tab:red")):
+            if budget not in sizes[0]["recall"][config]:
+                continue
+            p50 = [s["recall"][config][budget]["p50"] for s in sizes]
+            left.plot(xs, p50, style, marker="o", color=colour, label=f"{budget} p50, {config}")
+            if config == configs[0]:
+                p95 = [s["recall"][config][budget]["p95"] for s in sizes]
+                left.plot(xs, p95, "--", marker="x", color=colour, alpha=0.6, label=f"{budget} p95, {config}")
+    left.set(xscale="log", xlabel="memories in the bank", ylabel="recall latency (ms)",
+             title="Recall latency, end to end (rrf, query embedding included)")
+    left.set_ylim(bottom=0)
+    for target, label in ((35, "target p50 35 ms (100k, mid)"), (80, "target p95 80 ms")):
+        left.axhline(target, color="grey", linestyle=":", linewidth=1)
+        left.annotate(label, (xs[-1], target), textcoords="offset points", xytext=(-4, 2), fontsize=7,
+                      color="grey", ha="right")
+    left.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=7)
+    right.plot(xs, [load_and_links(s) for s in sizes], "-o", color="tab:purple", label="load + links")
+    right.plot(xs, [s["ingest"]["per_second_without_embedding"] for s in sizes], "-^", color="tab:brown",
+               label="load + links + HNSW build")
+    right.plot(xs, [s["ingest"]["per_second_with_embedding"] for s in sizes], "-s", color="tab:orange",
+               label="everything, with embedding")
+    right.axhline(5000, color="grey", linestyle=":", label="target 5,000/s (load + links)")
+    right.set(xscale="log", yscale="log", xlabel="memories in the bank", ylabel="memories / s",
+              title="Bulk ingest throughput (one retain into a new bank)")
+    right.grid(True, which="both", alpha=0.3)
+    right.legend(fontsize=8, loc="center", bbox_to_anchor=(0.5, 0.4))  # the gap between the lines
+    machine = report["machine"]
+    fig.suptitle(f"hindsight-recall scale benchmark - {machine['cores']} cores, {machine['cpu']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

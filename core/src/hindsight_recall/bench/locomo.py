@@ -1,0 +1,123 @@
+"""``bench locomo``: retrieval quality and latency on a LoCoMo-style split (memories + queries JSONL)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..retain.memories import read_jsonl
+from ..store import banks
+
+KS = (1, 5, 10)
+ALL_KS = (5, 10)
+
+
+def score_query(evidence: Sequence[str], ranked: Sequence[str]) -> dict[str, float]:
+    """hit_any@k, hit_all@k and reciprocal rank of the first evidence id, for one query."""
+    wanted = set(evidence)
+    row: dict[str, float] = {}
+    for k in KS:
+        got = len(wanted & set(ranked[:k]))
+        row[f"hit_any@{k}"] = 1.0 if got else 0.0
+        if k in ALL_KS:
+            row[f"hit_all@{k}"] = 1.0 if got == len(wanted) else 0.0
+    row["mrr"] = next((1.0 / i for i, x in enumerate(ranked, start=1) if x in wanted), 0.0)
+    return row
+
+
+def summarise(rows_by_category: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Average every metric per category and overall."""
+    out: dict[str, dict[str, float]] = {}
+    everything = [r for rows in rows_by_category.values() for r in rows]
+    for name, rows in [("ALL", everything), *sorted(rows_by_category.items())]:
+        if rows:
+            out[name] = {m: round(sum(r[m] for r in rows) / len(rows), 4) for m in rows[0]} | {"n": len(rows)}
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def run_locomo(
+    engine: Any, memories: Path, queries: Path, *, budget: str = "mid", max_tokens: int = 4096,
+    out: Path | None = None, echo: Callable[[str], None] = print, per_arm: bool = False,
+) -> dict[str, Any]:
+    """Retain every conversation into a fresh bank, recall each question, print and return the metrics.
+
+    With ``per_arm``, each arm's own ranking (read from the trace) is scored too, in the same run.
+    """
+    batches: dict[str, list[Any]] = defaultdict(list)
+    lines: dict[str, list[int]] = defaultdict(list)
+    for bank_id, line, memory in read_jsonl(memories):
+        batches[bank_id].append(memory)
+        lines[bank_id].append(line)
+    questions = [json.loads(x) for x in queries.read_text(encoding="utf-8").splitlines() if x.strip()]
+    rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+    arm_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+    latencies: list[float] = []
+    skipped = 0
+    async with engine:
+        async with engine.db.connect() as conn:
+            for bank_id in batches:
+                await banks.delete_bank(conn, bank_id)
+        stats = await engine.retain_many(dict(batches), lines=dict(lines))
+        echo(f"retained {stats.memories} memories into {stats.banks} banks in {stats.seconds:.1f} s "
+             f"({stats.per_second:.0f}/s, embedding {stats.embedding_seconds:.1f} s, links {stats.link_seconds:.2f} s)")
+        run_file = out.open("w", encoding="utf-8") if out else None
+        try:
+            for i, q in enumerate(questions, start=1):
+                started = time.perf_counter()
+                body = await engine.recall(q["bank"], q["question"], budget=budget, max_tokens=max_tokens,
+                                           include_entities=None, trace=per_arm)
+                latencies.append(time.perf_counter() - started)
+                ranked = [r["id"] for r in body["results"]]
+                if run_file:
+                    run_file.write(json.dumps({"qid": q["qid"], "ids": ranked}) + "\n")
+                if not q.get("evidence"):
+                    skipped += 1
+                    continue
+                rows[q.get("category_name", str(q.get("category")))].append(score_query(q["evidence"], ranked))
+                for arm, arm_ranked in (_arm_rankings(body) if per_arm else {}).items():
+                    arm_rows[arm].append(score_query(q["evidence"], arm_ranked))
+                if i % 100 == 0:
+                    echo(f"  {i}/{len(questions)} queries")
+        finally:
+            if run_file:
+                run_file.close()
+    metrics = summarise(rows)
+    for arm, arm_metrics in sorted(arm_rows.items()):
+        metrics[f"arm:{arm}"] = summarise({"ALL": arm_metrics})["ALL"]
+    report = {
+        "metrics": metrics, "skipped_no_evidence": skipped, "retain": stats.as_json(),
+        "latency_ms": {"p50": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
+                       "p95": round(percentile(latencies, 0.95) * 1000, 1)},
+        "budget": budget, "max_tokens": max_tokens,
+    }
+    _print_table(report, echo)
+    return report
+
+
+def _arm_rankings(body: dict[str, Any]) -> dict[str, list[str]]:
+    """Each arm's own ranking over all fact types, by its score, from the trace."""
+    per_arm: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for block in body["trace"]["retrieval_results"]:
+        per_arm[block["method_name"]].extend((r["score"], r["node_id"]) for r in block["results"])
+    return {arm: [node for _, node in sorted(hits, key=lambda h: -h[0])] for arm, hits in per_arm.items()}
+
+
+def _print_table(report: dict[str, Any], echo: Callable[[str], None]) -> None:
+    names = [f"hit_any@{k}" for k in KS] + [f"hit_all@{k}" for k in ALL_KS] + ["mrr"]
+    echo(f"{'category':18s} {'n':>4s} " + " ".join(f"{n:>10s}" for n in names))
+    for category, values in report["metrics"].items():
+        echo(f"{category:18s} {values['n']:4d} " + " ".join(f"{values[n]:10.3f}" for n in names))
+    echo(f"recall latency p50 {report['latency_ms']['p50']} ms, p95 {report['latency_ms']['p95']} ms; "
+         f"{report['skipped_no_evidence']} queries without evidence skipped")

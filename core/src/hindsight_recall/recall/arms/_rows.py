@@ -1,0 +1,65 @@
+"""Helpers the SQL arms share: one UNION ALL per arm and row mapping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ...protocols import RetrievalContext
+from ...store.schema import ROW_COLUMNS
+from ...types import ArmResult, Hit, MemoryRow
+
+COLUMNS = ROW_COLUMNS
+#: cosine distance to the query vector bound as ``:embedding``
+DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
+
+
+def row_from(m: Mapping[Any, Any]) -> MemoryRow:
+    """Map a result row of :data:`COLUMNS` to a :class:`MemoryRow`."""
+    return MemoryRow(
+        id=m["id"],
+        external_id=m["external_id"],
+        text=m["text"],
+        fact_type=m["fact_type"],
+        context=m["context"],
+        occurred_start=m["occurred_start"],
+        occurred_end=m["occurred_end"],
+        mentioned_at=m["mentioned_at"],
+        tags=tuple(m["tags"] or ()),
+        metadata=m["metadata"],
+        document_id=m["document_id"],
+        chunk_id=m["chunk_id"],
+        proof_count=m["proof_count"] if m["proof_count"] is not None else 1,
+        source_memory_ids=tuple(m["source_memory_ids"] or ()),
+    )
+
+
+def where_for(ctx: RetrievalContext, fact_type: str) -> str:
+    """The bank, fact-type and filter predicate of one sub-select (fact types are validated enums)."""
+    return f"bank_id = :bank_id AND fact_type = '{fact_type}' AND {ctx.filter.sql}"
+
+
+def base_params(ctx: RetrievalContext) -> dict[str, Any]:
+    return {"bank_id": ctx.bank_id, **ctx.filter.params}
+
+
+async def run_union(
+    conn: AsyncConnection,
+    arm: str,
+    ctx: RetrievalContext,
+    subselects: Sequence[str],
+    params: Mapping[str, Any],
+    score_column: str,
+) -> list[ArmResult]:
+    """Run one UNION ALL of per-fact-type sub-selects and split the rows by fact type."""
+    started = time.perf_counter()
+    rows = (await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))).mappings().all()
+    duration = time.perf_counter() - started
+    by_type: dict[str, list[Hit]] = {ft: [] for ft in ctx.fact_types}
+    for m in rows:
+        by_type[m["fact_type"]].append(Hit(row_from(m), float(m[score_column])))
+    return [ArmResult(arm, ft, hits, duration) for ft, hits in by_type.items()]

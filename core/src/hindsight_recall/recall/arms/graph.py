@@ -1,0 +1,201 @@
+"""The graph arm: link expansion from the query's nearest memories (SPEC §6.3).
+
+Per fact type, up to 20 *seeds* (similarity ≥ ``GRAPH_SEED_MIN_SIMILARITY``, passing the filters)
+are expanded to the other memories of that type they reach:
+
+- **entity**: memories sharing an entity with a seed, at most ``LINK_EXPANSION_PER_ENTITY_LIMIT``
+  per entity (after the type and tag filters, highest unit id first); ``count`` = distinct seed
+  entities shared. Observations go seed → source memories → their entities → other source memories
+  → observations citing them, and ``count`` = distinct shared sources.
+- **causal**: ``causes|caused_by|enables|prevents`` links out of a seed, the strongest weight.
+- **semantic**: ``semantic`` links in either direction, the strongest weight.
+
+The score is ``g = tanh(0.5 × count) + semantic + causal``; the arm keeps the best ``B``. The
+expansion has ``LINK_EXPANSION_TIMEOUT`` seconds; past it, it runs again without the entity part.
+
+Two rules keep the arm from flooding rank fusion with candidates that only echo the other arms:
+
+- **Hub entities are skipped.** An entity on a large part of the memories (a conversation's
+  speaker, the bank's owner) links everything to everything. An entity counts only when its reach
+  (the other visible memories of the type carrying it) is at most
+  ``LINK_EXPANSION_MAX_ENTITY_FRACTION`` of the visible memories of the type and does not overflow
+  the per-entity cap (what the cap keeps is arbitrary). Every other entity counts 1, so the plain
+  scores stay ``tanh(0.5)``, ``tanh(1)``, ``tanh(1.5)``. A fraction of 1 turns the guard off.
+- **Semantic links add to a score but admit no candidate.** A semantic link is embedding
+  similarity, the semantic arm's own signal: a neighbour close to the query is already in that
+  arm's list (a second vote for it would count the same evidence twice), and one far from the query
+  is contradicted by the direct measurement. Entity and causal links carry what embeddings miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import replace
+from typing import Any
+
+from ...hookspecs import hookimpl
+from ...protocols import RetrievalContext
+from ...settings import Settings
+from ...types import ArmResult
+from ._ann import AnnSettings, hnsw_settings
+from ._rows import COLUMNS, DISTANCE, base_params, run_union, where_for
+from .semantic import ef_search, vector_literal
+
+log = logging.getLogger(__name__)
+
+SEED_LIMIT = 20
+CAUSAL_TYPES = "('causes', 'caused_by', 'enables', 'prevents')"
+
+
+class GraphRetriever:
+    """Link expansion: memories sharing entities with, or linked to, the query's nearest memories."""
+
+    name = "graph"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._ann = AnnSettings()
+
+    def enabled(self, ctx: RetrievalContext) -> bool:
+        """Run when ``ENABLE_GRAPH_RETRIEVAL`` is on and fact types were asked for.
+
+        :param ctx: the recall's retrieval context.
+        """
+        return bool(ctx.fact_types) and ctx.settings.enable_graph_retrieval
+
+    async def retrieve(self, ctx: RetrievalContext) -> list[ArmResult]:
+        """Expand every fact type in one statement; rerun without entities after a timeout.
+
+        :param ctx: the recall's retrieval context.
+        """
+        timeout = ctx.settings.link_expansion_timeout
+        try:
+            return await self._run(ctx, entities=True, timeout=timeout)
+        except TimeoutError:
+            log.warning("graph expansion took over %.3g s; running it again without entities", timeout)
+            results = await self._run(ctx, entities=False, timeout=None)
+            return [replace(r, metadata={"timed_out": True}) for r in results]
+
+    async def _run(
+        self, ctx: RetrievalContext, *, entities: bool, timeout: float | None
+    ) -> list[ArmResult]:
+        # one statement for all fact types on one connection: measured as fast as one connection
+        # per type, without taking the connections the other arms of the recall are waiting for
+        statements = [expansion_sql(ctx, ft, entities=entities) for ft in ctx.fact_types]
+        subselects = [f"({sql})" for sql, _ in statements]
+        async with ctx.db.connect() as conn:
+            # the clock starts once a connection is held: waiting for one is not expansion work
+            async with asyncio.timeout(timeout):
+                if ctx.filter.sql != "TRUE":
+                    # unfiltered, the (bank, type) index finds 20 seeds at its default depth (40);
+                    # filtered, the iterative scan keeps hidden rows from starving the seeds
+                    await self._ann.apply(conn, hnsw_settings(ef_search(ctx.limit), ctx.settings))
+                return await run_union(conn, self.name, ctx, subselects, statements[0][1], "graph_score")
+
+
+def expansion_sql(
+    ctx: RetrievalContext, fact_type: str, *, entities: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """The statement (and its parameters) that expands one fact type.
+
+    :param ctx: the recall's retrieval context.
+    :param fact_type: the fact type to expand (a validated enum value).
+    :param entities: include the entity part (left out on the rerun after a timeout).
+    """
+    s = ctx.settings
+    where = where_for(ctx, fact_type)
+    cap = s.link_expansion_per_entity_limit
+    guard = s.link_expansion_max_entity_fraction < 1
+    params: dict[str, Any] = {
+        **base_params(ctx), "embedding": vector_literal(ctx.embedding),
+        "seed_floor": s.graph_seed_min_similarity, "seed_limit": SEED_LIMIT, "limit": ctx.limit,
+        # one row past the cap tells a saturated entity apart from one that just fills it
+        "entity_fetch": cap + 1 if guard else cap, "per_entity": cap,
+        "fraction": s.link_expansion_max_entity_fraction,
+        # counting further cannot change the verdict: reach <= cap + 1 <= fraction × this
+        "visible_cap": math.ceil((cap + 1) / s.link_expansion_max_entity_fraction) + 1,
+    }
+    ctes = [
+        f"seeds AS MATERIALIZED (SELECT id AS seed_id, source_memory_ids AS seed_sources FROM memory_units "
+        f"WHERE {where} AND embedding IS NOT NULL AND 1 - {DISTANCE} >= :seed_floor "
+        f"ORDER BY {DISTANCE} LIMIT :seed_limit)",
+        "semantic_hits AS (SELECT cand_id, max(weight) AS w FROM ("
+        "SELECT l.to_unit_id AS cand_id, l.weight FROM memory_links l "
+        "JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.link_type = 'semantic' UNION ALL "
+        "SELECT l.from_unit_id, l.weight FROM memory_links l JOIN seeds ON l.to_unit_id = seeds.seed_id "
+        "WHERE l.link_type = 'semantic') s GROUP BY cand_id)",
+        "causal_hits AS (SELECT l.to_unit_id AS cand_id, max(l.weight) AS w FROM memory_links l "
+        f"JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.link_type IN {CAUSAL_TYPES} "
+        "GROUP BY l.to_unit_id)",
+    ]
+    # ``admits``: a semantic link alone brings in no candidate (see the module docstring)
+    parts = ["SELECT cand_id, 0 AS shared, w AS sem, 0.0 AS causal, 0 AS admits FROM semantic_hits",
+             "SELECT cand_id, 0, 0.0, w, 1 FROM causal_hits"]
+    if entities:
+        ctes += _entity_ctes(fact_type, where, ctx.filter.sql, guard)
+        parts.append("SELECT cand_id, shared, 0.0, 0.0, 1 FROM entity_hits")
+    ctes.append(
+        "scored AS (SELECT cand_id, sum(shared)::float8 AS shared, sum(sem) AS sem, sum(causal) AS causal "
+        f"FROM ({' UNION ALL '.join(parts)}) p GROUP BY cand_id "
+        "HAVING sum(admits) > 0)"
+    )
+    sql = (
+        f"WITH {', '.join(ctes)} "
+        f"SELECT {COLUMNS}, tanh(0.5 * scored.shared) + scored.sem + scored.causal AS graph_score "
+        "FROM scored JOIN memory_units ON memory_units.id = scored.cand_id "
+        f"WHERE {where} AND memory_units.id NOT IN (SELECT seed_id FROM seeds) "
+        "ORDER BY graph_score DESC, memory_units.id DESC LIMIT :limit"
+    )
+    return sql, params
+
+
+def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[str]:
+    """CTEs ending in ``entity_hits(cand_id, shared)``: the entity part, direct or via sources."""
+    if fact_type != "observation":
+        origin = "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN seeds ON ue.unit_id = seeds.seed_id"
+        # the tag filter goes inside the per-entity cap, so invisible rows never use it up
+        reach_type = f"ue.fact_type = '{fact_type}' AND ue.unit_id NOT IN (SELECT seed_id FROM seeds)"
+        reach_filter, population = tag_sql, where
+    else:
+        origin = (
+            "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN (SELECT DISTINCT unnest(seed_sources) "
+            "AS source_id FROM seeds) ss ON ue.unit_id = ss.source_id"
+        )
+        # source memories are hops, not answers: only the bank bounds them; the filter applies to
+        # the observations reached
+        reach_type, reach_filter = "ue.fact_type <> 'observation'", "TRUE"
+        population = "bank_id = :bank_id AND fact_type <> 'observation'"
+    # An entity belongs to one bank and its pairs carry their fact type: memory_units is needed
+    # only to apply a tag filter.
+    join = "" if reach_filter == "TRUE" else "JOIN memory_units ON memory_units.id = ue.unit_id "
+    kept = "count(*) <= :per_entity AND count(*) <= :fraction * (SELECT n FROM visible)" if guard else "TRUE"
+    ctes = [
+        f"origin_entities AS ({origin})",
+        "entity_reach AS (SELECT oe.entity_id, r.unit_id FROM origin_entities oe CROSS JOIN LATERAL ("
+        f"SELECT ue.unit_id FROM unit_entities ue {join}"
+        f"WHERE ue.entity_id = oe.entity_id AND {reach_type} AND {reach_filter} "
+        "ORDER BY ue.unit_id DESC LIMIT :entity_fetch) r)",
+        "visible AS (SELECT count(*) AS n FROM "
+        f"(SELECT 1 FROM memory_units WHERE {population} LIMIT :visible_cap) v)",
+        f"kept_entities AS (SELECT entity_id FROM entity_reach GROUP BY entity_id HAVING {kept})",
+        "reached AS (SELECT entity_reach.entity_id, unit_id FROM entity_reach JOIN kept_entities "
+        "ON kept_entities.entity_id = entity_reach.entity_id)",
+    ]
+    if fact_type != "observation":
+        ctes.append("entity_hits AS (SELECT unit_id AS cand_id, count(DISTINCT entity_id) AS shared "
+                    "FROM reached GROUP BY unit_id)")
+    else:
+        ctes.append(
+            "entity_hits AS (SELECT os.observation_id AS cand_id, count(DISTINCT os.source_id) AS shared "
+            "FROM (SELECT DISTINCT unit_id FROM reached) rs "
+            "JOIN observation_sources os ON os.source_id = rs.unit_id "
+            "JOIN memory_units o ON o.id = os.observation_id "
+            "WHERE o.bank_id = :bank_id AND o.fact_type = 'observation' GROUP BY os.observation_id)"
+        )
+    return ctes
+
+
+@hookimpl
+def register_retrievers(register: Any) -> None:
+    register(GraphRetriever)

@@ -1,0 +1,168 @@
+"""Per-arm ordering, reciprocal rank fusion and the pre-rerank cap (SPEC §8)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+from ..types import ArmResult, Candidate, Hit
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RRF_K = 60
+#: Fixed arm order inside RRF; arms not listed come after, in registration order.
+ARM_ORDER = ("semantic", "keyword", "graph", "temporal")
+BOOST_DIVISORS = {"low": 2, "medium": 4, "high": 8}
+#: Stage-2 boost per level: (amplitude a, decay d) of ``a × d/(d + r − 1)`` (SPEC §9.5).
+RANK_BOOSTS = {"low": (0.05, 2), "medium": (0.2, 4), "high": (0.5, 8)}
+#: Strategy names users write -> arm names.
+STRATEGIES = {"semantic": "semantic", "bm25": "keyword", "keyword": "keyword", "graph": "graph", "temporal": "temporal"}
+
+
+def _parse_arm_values(
+    raw: str, variable: str, value: Callable[[str], T | None], expected: str
+) -> dict[str, T]:
+    """Parse ``arm[:value],…`` (case-insensitive); entries ``value`` rejects are logged and ignored.
+
+    :param value: maps the text after ``:`` (empty when missing) to a value, or ``None`` if invalid.
+    """
+    parsed: dict[str, T] = {}
+    for entry in (e.strip().lower() for e in raw.split(",")):
+        if not entry:
+            continue
+        strategy, _, text = (p.strip() for p in entry.partition(":"))
+        result = value(text) if strategy in STRATEGIES else None
+        if result is None:
+            log.warning("HINDSIGHT_API_%s: ignoring %r (arms: semantic, bm25, graph, temporal; %s)",
+                        variable, entry, expected)
+            continue
+        parsed[STRATEGIES[strategy]] = result
+    return parsed
+
+
+def _level(text: str) -> str | None:
+    level = text or "medium"
+    return level if level in BOOST_DIVISORS else None
+
+
+def _weight(text: str) -> float | None:
+    try:
+        weight = float(text)
+    except ValueError:
+        return None
+    return weight if 0.0 <= weight < float("inf") else None
+
+
+@functools.cache
+def parse_boosts(raw: str) -> dict[str, str]:
+    """Parse ``RECALL_STRATEGY_BOOSTS`` (``arm[:level],…``); bad entries are logged once and ignored.
+
+    :param raw: e.g. ``"graph:high, bm25"`` (a missing level means ``medium``).
+    """
+    return _parse_arm_values(raw, "RECALL_STRATEGY_BOOSTS", _level, "levels: low, medium, high")
+
+
+@functools.cache
+def parse_weights(raw: str) -> dict[str, float]:
+    """Parse ``RECALL_RRF_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
+
+    :param raw: e.g. ``"bm25:1.5, temporal:0.5"``; arms not named weigh 1.
+    """
+    return _parse_arm_values(raw, "RECALL_RRF_WEIGHTS", _weight, "write arm:weight with a weight >= 0")
+
+
+def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str, list[Hit]]:
+    """Concatenate each arm's hits over fact types and order them by score (stable)."""
+    lists: dict[str, list[Hit]] = {}
+    for result in results:
+        lists.setdefault(result.arm, []).extend(result.hits)
+    for arm, hits in lists.items():
+        hits.sort(key=lambda h: -h.score)
+        if per_source_cap > 0:
+            del hits[per_source_cap:]
+    order = {arm: i for i, arm in enumerate(ARM_ORDER)}
+    return dict(sorted(((a, h) for a, h in lists.items() if h), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def rrf_fuse(
+    lists: Mapping[str, Sequence[Hit]], k: int = RRF_K, weights: Mapping[str, float] | None = None
+) -> list[Candidate]:
+    """Fuse ranked lists: ``rrf(d) = Σ w_arm/(k + rank)``, ranks from 1, ``w`` 1 unless given; ties keep
+    first-seen order."""
+    fused: dict[object, Candidate] = {}
+    for arm, hits in lists.items():
+        weight = (weights or {}).get(arm, 1.0)
+        for rank, hit in enumerate(hits, start=1):
+            cand = fused.get(hit.row.id)
+            if cand is None:
+                cand = fused[hit.row.id] = Candidate(row=hit.row, rrf_score=0.0)
+            if f"{arm}_rank" in cand.source_ranks:
+                continue  # an arm lists a memory once; keep its best rank
+            cand.rrf_score += weight / (k + rank)
+            cand.source_ranks[f"{arm}_rank"] = rank
+            if arm == "semantic":
+                cand.semantic = hit.score
+            elif arm == "keyword":
+                cand.keyword = hit.score
+            if "temporal_proximity" in hit.extras:
+                cand.temporal_proximity = hit.extras["temporal_proximity"]
+    ranked = sorted(fused.values(), key=lambda c: -c.rrf_score)
+    for i, cand in enumerate(ranked, start=1):
+        cand.rrf_rank = i
+    return ranked
+
+
+def boosted_key(
+    cand: Candidate, boosts: Mapping[str, str], k: int = RRF_K, weights: Mapping[str, float] | None = None
+) -> float:
+    """RRF score with boosted arms' ranks divided by the level's divisor (SPEC §8.3)."""
+    key = cand.rrf_score
+    for arm, level in boosts.items():
+        rank = cand.source_ranks.get(f"{arm}_rank")
+        if rank is not None:
+            gain = 1.0 / (k + rank / BOOST_DIVISORS[level]) - 1.0 / (k + rank)
+            key += (weights or {}).get(arm, 1.0) * gain
+    return key
+
+
+def cap_candidates(
+    candidates: list[Candidate], cap: int, boosts: Mapping[str, str] | None = None, k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> tuple[list[Candidate], int]:
+    """Keep the ``cap`` best candidates by the boosted key; return them and how many were dropped."""
+    if len(candidates) <= cap:
+        return candidates, 0
+    if boosts:
+        kept = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k, weights))[:cap]
+    else:
+        kept = candidates[:cap]
+    return kept, len(candidates) - cap
+
+
+def add_rank_boosts(candidates: Sequence[Candidate], boosts: Mapping[str, str]) -> None:
+    """Add the decaying stage-2 boost to ``final``: ``a × d/(d + r − 1)``; temporal adds ``a`` flat."""
+    for cand in candidates:
+        for arm, level in boosts.items():
+            rank = cand.source_ranks.get(f"{arm}_rank")
+            if rank is None:
+                continue
+            amplitude, decay = RANK_BOOSTS[level]
+            cand.final += amplitude if arm == "temporal" else amplitude * decay / (decay + rank - 1)
+
+
+def interleave(lists: Mapping[str, Sequence[Hit]], candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Round-robin over the arms' lists skipping duplicates; ``rrf_score = n − position`` (SPEC §8.2)."""
+    by_id = {c.row.id: c for c in candidates}
+    order: list[Candidate] = []
+    seen: set[object] = set()
+    for depth in range(max((len(h) for h in lists.values()), default=0)):
+        for hits in lists.values():
+            if depth < len(hits) and hits[depth].row.id in by_id and hits[depth].row.id not in seen:
+                seen.add(hits[depth].row.id)
+                order.append(by_id[hits[depth].row.id])
+    for position, cand in enumerate(order):
+        cand.rrf_score = float(len(order) - position)
+    return order

@@ -1,0 +1,193 @@
+"""The recall pipeline: arms in parallel, fusion, rerank, scoring and packing (SPEC §3–§11)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..protocols import RetrievalContext
+from ..store import banks
+from ..time.window import resolve_window
+from ..types import ArmResult, Candidate, TimeWindow
+from .filters import tag_filter
+from .fusion import (
+    add_rank_boosts,
+    arm_lists,
+    cap_candidates,
+    interleave,
+    parse_boosts,
+    parse_weights,
+    rrf_fuse,
+)
+from .packing import pack
+from .request import RecallRequest
+from .response import build_response, empty_response, fetch_chunks
+from .scoring import apply_floors, combined, proof_score, recency
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+async def run_recall(engine: Engine, req: RecallRequest, semaphore_wait: float = 0.0) -> dict[str, Any]:
+    """Answer one validated recall request.
+
+    :param engine: the open engine.
+    :param req: the validated request.
+    :param semaphore_wait: seconds the recall waited for a RECALL_MAX_CONCURRENT slot (a diagnostic).
+    """
+    trace = Trace()
+    trace.add("semaphore_wait", semaphore_wait)
+    settings = engine.settings
+    with trace.phase("backend_acquisition"):
+        async with engine.db.connect() as conn:
+            overrides = await banks.bank_config(conn, req.bank_id)
+    if overrides is None or not req.types:
+        return empty_response(req, trace)
+    config = settings.for_bank(overrides)
+    req = _cap_query(engine, req)
+    limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
+    now = req.query_timestamp or datetime.now(UTC)
+
+    with trace.phase("generate_query_embedding"):
+        embedding = (await engine.embedder.embed([req.query], mode="query"))[0]
+
+    with trace.phase("temporal_extraction") as details:
+        window = await _window(req, config, now)
+        details["window"] = None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+        details["source"] = "request" if req.temporal_window else "query"
+
+    ctx = RetrievalContext(
+        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=embedding, fact_types=req.types,
+        limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
+        db=engine.db.limited(config.recall_connection_budget), text_search=engine.text_search, now=now,
+        window=window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
+    )
+    with trace.phase("parallel_retrieval") as details:
+        results = await _retrieve(engine, ctx)
+        details.update(_arm_counts(results))
+    trace.add("connection_wait", ctx.db.waited)
+    for result in results:
+        trace.add(f"retrieval_{result.arm}", result.duration_seconds, {"fact_type": result.fact_type, "count": len(result.hits)})
+
+    with trace.phase("rrf_merge") as details:
+        lists = arm_lists(results, config.recall_max_candidates_per_source)
+        weights = parse_weights(config.recall_rrf_weights)
+        candidates = rrf_fuse(lists, config.recall_rrf_k, weights)
+        details.update(candidates=len(candidates), k=config.recall_rrf_k, weights=weights or None)
+    boosts = parse_boosts(config.recall_strategy_boosts)
+    with trace.phase("rerank_prefilter") as details:
+        cap = config.reranker_cap(req.budget.value)
+        candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
+        details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=boosts or None,
+                       arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists})
+
+    with trace.phase("reranking") as details:
+        passthrough = req.reranking != "cross_encoder" or not config.enable_reranking
+        rerank_details = await engine.rerank.run(req.query, candidates, req.bank_id, passthrough)
+        details.update(rerank_details)
+        if req.reranking == "interleave":
+            candidates = interleave(lists, candidates)
+    with trace.phase("combined_scoring"):
+        if req.reranking == "interleave":  # the interleave order is final (SPEC §9.3)
+            for c in candidates:
+                c.final = c.rrf_score
+        else:
+            _score(candidates, now, config)
+            if boosts and not rerank_details.get("passthrough"):  # SPEC §9.5: not for passthrough
+                add_rank_boosts(candidates, boosts)
+            candidates.sort(key=lambda c: -c.final)
+        candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
+
+    with trace.phase("prefer_observations_dedup"):
+        candidates = _prefer_observations(req, candidates, 2 * limit)
+    top = candidates[: 2 * limit]
+    chunks: dict[str, Any] | None = None
+    if req.include_chunks is not None:  # from the truncated list, before packing (SPEC §10.3)
+        with trace.phase("chunk_fetch") as details:
+            chunks = await fetch_chunks(engine, req, top)
+            details["chunks"] = len(chunks)
+    with trace.phase("token_filtering") as details:
+        packed, used, truncated = pack(top, req.max_tokens, lambda c: engine.tokens.count(c.row.text))
+        details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
+    return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
+                                window=window, lists=lists, ranked=candidates)
+
+
+async def _window(req: RecallRequest, config: Any, now: datetime) -> TimeWindow | None:
+    """The request's window, else one read from the query, off the event loop (SPEC §7)."""
+    if not config.enable_temporal_retrieval:
+        return None
+    if req.temporal_window is not None:
+        return req.temporal_window
+    languages = [x.strip() for x in config.query_analyzer_languages.split(",") if x.strip()] or None
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_date_worker(), _resolve, req.query, now, languages)
+
+
+def _resolve(query: str, now: datetime, languages: list[str] | None) -> TimeWindow | None:
+    try:
+        return resolve_window(query, now, languages=languages)
+    except Exception:  # date analysis is best effort: no window rather than a failed recall
+        log.exception("date analysis failed for a query; continuing without a window")
+        return None
+
+
+def warm_date_parser() -> None:
+    """Load the date finder's language data ahead of the first temporal query (about a second)."""
+    _date_worker().submit(_resolve, "on March 3rd 2023 at noon", datetime.now(UTC), None)
+
+
+@functools.cache
+def _date_worker() -> ThreadPoolExecutor:
+    # One worker: date parsing is CPU-bound, and dateparser's caches are not built for threads.
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hindsight-dates")
+
+
+def _cap_query(engine: Engine, req: RecallRequest) -> RecallRequest:
+    allowed = engine.settings.recall_max_query_tokens
+    if not allowed or engine.tokens.count(req.query) <= allowed:
+        return req
+    log.warning("query has more than %d tokens; using only the first %d", allowed, allowed)
+    from .request import query_tokens
+
+    query = engine.tokens.truncate(req.query, allowed)
+    return replace(req, query=query, tokens=query_tokens(query))
+
+
+async def _retrieve(engine: Engine, ctx: RetrievalContext) -> list[ArmResult]:
+    arms = [arm for arm in engine.retrievers if arm.enabled(ctx)]
+    timeout = ctx.settings.db_command_timeout or None
+    gathered = await asyncio.wait_for(asyncio.gather(*(arm.retrieve(ctx) for arm in arms)), timeout)
+    return [result for arm_results in gathered for result in arm_results]
+
+
+def _arm_counts(results: list[ArmResult]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.arm] = counts.get(r.arm, 0) + len(r.hits)
+    return counts
+
+
+def _score(candidates: list[Candidate], now: datetime, config: Any) -> None:
+    for c in candidates:
+        c.recency = recency(c.row.date, now, config.recency_decay_function,
+                            config.recency_decay_linear_window_days, config.recency_decay_halflife_days)
+        c.temporal = c.temporal_proximity if c.temporal_proximity is not None else 0.5
+        c.proof = proof_score(c.row.proof_count)
+        c.final = combined(c.cross_encoder, c.recency, c.temporal, c.proof)
+
+
+def _prefer_observations(req: RecallRequest, candidates: list[Candidate], window: int) -> list[Candidate]:
+    """Drop facts that an observation in the first ``window`` results already summarises (SPEC §10.1)."""
+    if not req.prefer_observations or "observation" not in req.types or len(req.types) < 2:
+        return candidates
+    covered = {sid for c in candidates[:window] if c.row.fact_type == "observation" for sid in c.row.source_memory_ids}
+    return [c for c in candidates if c.row.fact_type == "observation" or c.row.id not in covered]

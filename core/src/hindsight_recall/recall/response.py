@@ -1,0 +1,221 @@
+"""Shaping the answer: results, entities, chunks and the trace (SPEC §10.3, §10.6, §11)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+
+from ..types import Candidate, Hit, MemoryRow, TimeWindow
+from .request import RecallRequest
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mapping[uuid.UUID, list[str]] | None) -> dict[str, Any]:
+    """One result of §11.1; optional fields appear only when set."""
+    row = c.row
+    out: dict[str, Any] = {"id": row.external_id, "text": row.text, "type": row.fact_type}
+    if entities is not None:
+        out["entities"] = entities.get(row.id, [])
+    optional = {
+        "context": row.context, "occurred_start": _iso(row.occurred_start), "occurred_end": _iso(row.occurred_end),
+        "mentioned_at": _iso(row.mentioned_at), "document_id": row.document_id, "metadata": row.metadata or None,
+        "chunk_id": row.chunk_id, "tags": list(row.tags) or None,
+        "source_fact_ids": [external.get(s, str(s)) for s in row.source_memory_ids] or None,
+    }
+    out.update({k: v for k, v in optional.items() if v is not None})
+    out["scores"] = {"final": c.final, "reranker": c.reranker_score, "semantic": c.semantic, "keyword": c.keyword}
+    return out
+
+
+async def build_response(
+    engine: Engine, req: RecallRequest, packed: list[Candidate], chunks_json: dict[str, Any] | None, truncated: bool,
+    trace: Trace, *, limit: int, embedding: Sequence[float], window: TimeWindow | None,
+    lists: Mapping[str, Sequence[Hit]], ranked: list[Candidate],
+) -> dict[str, Any]:
+    """Fetch what the packed results need (entities, chunks, source ids) and assemble the body."""
+    entity_map: dict[uuid.UUID, list[str]] | None = None
+    entities_json: dict[str, Any] | None = None
+    source_json: dict[str, Any] | None = None
+    source_truncated: bool | None = None
+    with trace.phase("source_fact_fetch") as details:
+        sources = list(dict.fromkeys(s for c in packed for s in c.row.source_memory_ids))
+        rows: dict[uuid.UUID, MemoryRow] = {}
+        if sources:
+            async with engine.db.connect() as conn:
+                rows = await _rows_by_id(conn, req.bank_id, sources)
+        if req.include_source_facts is not None:
+            source_json, source_truncated = _source_facts(engine, req, packed, rows)
+            details.update(source_facts=len(source_json), truncated=source_truncated)
+    external = {uid: row.external_id for uid, row in rows.items()}
+    if req.include_entities is not None:
+        with trace.phase("entity_build"):
+            async with engine.db.connect() as conn:
+                entity_map, entities_json = await _entities(conn, engine, req, packed)
+    trace.finish()
+    body: dict[str, Any] = {
+        "results": [result_json(c, external, entity_map) for c in packed],
+        "results_truncated": truncated,
+        "entities": entities_json,
+        "chunks": chunks_json,
+        "source_facts": source_json,
+        "trace": None,
+    }
+    if req.include_source_facts is not None:
+        body["source_facts_truncated"] = source_truncated
+    if req.trace:
+        body["trace"] = _trace(req, trace, limit, embedding, window, lists, ranked, len(packed))
+    return body
+
+
+async def _rows_by_id(conn: Any, bank_id: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
+    from ..store.schema import ROW_COLUMNS
+    from .arms._rows import row_from
+
+    result = await conn.execute(text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
+                                {"bank": bank_id, "ids": ids})
+    return {m["id"]: row_from(m) for m in result.mappings()}
+
+
+def _source_facts(engine: Engine, req: RecallRequest, packed: list[Candidate],
+                  rows: Mapping[uuid.UUID, MemoryRow]) -> tuple[dict[str, Any], bool]:
+    """Sources of packed observations in rank order, within the total and per-observation budgets (§10.5)."""
+    budget, per_obs = req.include_source_facts or 0, req.source_facts_per_observation
+    out: dict[str, Any] = {}
+    truncated = False
+    for cand in packed:
+        spent = 0
+        for uid in cand.row.source_memory_ids:
+            row = rows.get(uid)
+            if row is None or row.external_id in out:
+                continue
+            cost = engine.tokens.count(row.text)
+            if cost > budget or (per_obs >= 0 and spent + cost > per_obs):
+                truncated = True
+                continue
+            budget -= cost
+            spent += cost
+            fact = result_json(Candidate(row=row, rrf_score=0.0), {}, None)
+            fact.pop("scores")
+            out[row.external_id] = fact
+    return out, truncated
+
+
+def empty_response(req: RecallRequest, trace: Trace) -> dict[str, Any]:
+    """The answer for an unknown bank or an empty type list: no results, same shape."""
+    return {
+        "results": [], "results_truncated": False,
+        "entities": {} if req.include_entities is not None else None,
+        "chunks": {} if req.include_chunks is not None else None,
+        "source_facts": None,
+        "trace": {"summary": trace.summary(0)} if req.trace else None,
+    }
+
+
+async def _entities(conn: Any, engine: Engine, req: RecallRequest, packed: list[Candidate]) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
+    # Observations inherit their sources' entities.
+    owners: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for c in packed:
+        for uid in (c.row.id, *c.row.source_memory_ids):
+            owners.setdefault(uid, []).append(c.row.id)
+    per_unit: dict[uuid.UUID, list[str]] = {c.row.id: [] for c in packed}
+    ids: dict[str, str] = {}
+    if owners:
+        rows = await conn.execute(
+            text("SELECT ue.unit_id, e.id, e.canonical_name FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
+                 "WHERE e.bank_id = :bank AND ue.unit_id = ANY(:ids) ORDER BY e.canonical_name"),
+            {"bank": req.bank_id, "ids": list(owners)},
+        )
+        for row in rows:
+            ids[row.canonical_name] = str(row.id)
+            for owner in owners[row.unit_id]:
+                if row.canonical_name not in per_unit[owner]:
+                    per_unit[owner].append(row.canonical_name)
+    budget, used = req.include_entities or 0, 0
+    out: dict[str, Any] = {}
+    for c in packed:
+        for name in per_unit[c.row.id]:
+            if name in out:
+                continue
+            cost = engine.tokens.count(name)
+            if used + cost > budget:
+                continue
+            used += cost
+            out[name] = {"entity_id": ids[name], "canonical_name": name, "observations": []}
+    return per_unit, out
+
+
+async def fetch_chunks(engine: Engine, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
+    """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops (§10.3)."""
+    order = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id))
+    if not order:
+        return {}
+    async with engine.db.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT chunk_id, chunk_text, chunk_index FROM chunks WHERE bank_id = :bank AND chunk_id = ANY(:ids)"),
+            {"bank": req.bank_id, "ids": order},
+        )
+    found = {r.chunk_id: r for r in rows}
+    budget, out = req.include_chunks or 0, {}
+    for chunk_id in order:
+        row = found.get(chunk_id)
+        if row is None:
+            continue
+        cost = engine.tokens.count(row.chunk_text)
+        if cost <= budget:
+            out[chunk_id] = {"id": chunk_id, "text": row.chunk_text, "chunk_index": row.chunk_index, "truncated": False}
+            budget -= cost
+            continue
+        if budget > 0:
+            out[chunk_id] = {"id": chunk_id, "text": engine.tokens.truncate(row.chunk_text, budget),
+                             "chunk_index": row.chunk_index, "truncated": True}
+        break
+    return out
+
+
+def _node(row: MemoryRow) -> dict[str, Any]:
+    return {"node_id": row.external_id, "text": row.text, "context": row.context,
+            "event_date": _iso(row.date), "fact_type": row.fact_type}
+
+
+def _trace(req: RecallRequest, trace: Trace, limit: int, embedding: Sequence[float], window: TimeWindow | None,
+           lists: Mapping[str, Sequence[Hit]], ranked: list[Candidate], returned: int) -> dict[str, Any]:
+    score_names = {"semantic": "similarity", "keyword": "bm25_score", "graph": "graph_score", "temporal": "temporal_score"}
+    retrieval = []
+    for arm, hits in lists.items():
+        for ft in req.types:
+            typed = [h for h in hits if h.row.fact_type == ft]
+            retrieval.append({
+                "method_name": arm, "fact_type": ft,
+                "duration_seconds": next((p["duration_seconds"] for p in trace.phases if p["phase_name"] == f"retrieval_{arm}" and p["details"].get("fact_type") == ft), None),
+                "metadata": {},
+                "results": [{"rank": i, **_node(h.row), "score": h.score, "score_name": score_names.get(arm, "score")}
+                            for i, h in enumerate(typed, start=1)],
+            })
+    by_rrf = sorted(ranked, key=lambda c: c.rrf_rank)
+    return {
+        "query": {"query_text": req.query, "query_embedding": list(embedding), "timestamp": _iso(req.query_timestamp),
+                  "budget": limit, "max_tokens": req.max_tokens, "tags": list(req.tags), "tags_match": req.tags_match.value,
+                  "temporal_constraint": None if window is None else {"start": _iso(window.start), "end": _iso(window.end)}},
+        "retrieval_results": retrieval,
+        "rrf_merged": [{"node_id": c.row.external_id, "text": c.row.text, "rrf_score": c.rrf_score,
+                        "source_ranks": dict(c.source_ranks), "final_rrf_rank": c.rrf_rank} for c in by_rrf],
+        "reranked": [{"node_id": c.row.external_id, "text": c.row.text, "rerank_score": c.final, "rerank_rank": i,
+                      "rrf_rank": c.rrf_rank, "rank_change": c.rrf_rank - i,
+                      "score_components": {"cross_encoder_score": c.cross_encoder_raw,
+                                           "cross_encoder_score_normalized": c.cross_encoder, "rrf_score": c.rrf_score,
+                                           "temporal": c.temporal, "recency": c.recency, "proof_norm": c.proof,
+                                           "combined_score": c.final}}
+                     for i, c in enumerate(ranked, start=1)],
+        "entry_points": [_node(h.row) | {"score": h.score} for h in list(lists.get("semantic", ()))[:10]],
+        "summary": trace.summary(returned),
+    }

@@ -1,0 +1,128 @@
+"""Rows that go with retained memories: stable ids, reference checks, entities and chunks."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import RetainError
+from ..store._bincopy import copy_columns, driver_connection
+from ..types import Memory
+
+_NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
+
+
+def unit_id(bank_id: str, memory_id: str) -> uuid.UUID:
+    """The stable row id of a caller's memory id within a bank."""
+    return uuid.uuid5(_NAMESPACE, f"{bank_id}\x1f{memory_id}")
+
+
+def entity_id(bank_id: str, name: str) -> uuid.UUID:
+    """Entities are unique per bank, case-insensitively."""
+    return uuid.uuid5(_NAMESPACE, f"{bank_id}\x1fentity\x1f{name.casefold()}")
+
+
+async def check_references(
+    conn: AsyncConnection, bank_id: str, memories: Sequence[Memory], lines: Sequence[int] | None
+) -> None:
+    """Every ``causes`` and ``sources`` id must be in the batch or already in the bank."""
+    batch = {m.id for m in memories}
+    wanted = {r for m in memories for r in (*m.causes, *m.source_ids)} - batch
+    found: set[str] = set()
+    if wanted:
+        result = await conn.execute(
+            text("SELECT external_id FROM memory_units WHERE bank_id = :bank AND external_id = ANY(:ids)"),
+            {"bank": bank_id, "ids": sorted(wanted)},
+        )
+        found = set(result.scalars())
+    for i, m in enumerate(memories):
+        for field_name, refs in (("causes", m.causes), ("sources", m.source_ids)):
+            for ref in refs:
+                if ref not in batch and ref not in found:
+                    line = lines[i] if lines else None
+                    raise RetainError(line, field_name, f"{ref!r} is not a memory id in bank {bank_id!r}")
+
+
+async def write_entities(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory], *, fresh: bool
+) -> None:
+    """Entity rows (once per bank and case-folded name) and unit-entity pairs, by binary COPY in id order."""
+    if not fresh:  # a new bank's rows have no entity rows yet
+        await conn.execute(text("DELETE FROM unit_entities WHERE unit_id = ANY(:ids)"), {"ids": ids})
+    names: dict[uuid.UUID, str] = {}
+    # names differing only in case share an entity: dedupe; the pair keeps its memory's fact type
+    pairs: dict[tuple[bytes, bytes], str] = {}
+    for uid, m in zip(ids, memories, strict=True):
+        for name in m.entities:
+            eid = entity_id(bank_id, name)
+            names.setdefault(eid, name)
+            pairs[(uid.bytes, eid.bytes)] = m.type
+    if not names:
+        return
+    await conn.execute(
+        text(
+            "INSERT INTO entities (id, bank_id, canonical_name) "
+            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:banks AS text[]), CAST(:names AS text[])) "
+            "ON CONFLICT (id) DO NOTHING"
+        ),
+        {"ids": list(names), "banks": [bank_id] * len(names), "names": list(names.values())},
+    )
+    raw = await driver_connection(conn)
+    for fact_type in sorted(set(pairs.values())):  # binary COPY text is fixed-width: one COPY per type
+        ordered = sorted(pair for pair, ft in pairs.items() if ft == fact_type)
+        encoded = fact_type.encode()
+        await copy_columns(
+            raw, "COPY unit_entities (unit_id, entity_id, fact_type) FROM STDIN (FORMAT BINARY)",
+            [*(np.frombuffer(b"".join(p[i] for p in ordered), dtype="V16") for i in (0, 1)),
+             np.full(len(ordered), encoded, dtype=f"S{len(encoded)}")],
+        )
+
+
+async def write_chunks(
+    conn: AsyncConnection, bank_id: str, memories: Sequence[Memory]
+) -> list[str | None]:
+    """Store each distinct source chunk once; return every memory's chunk id (``{bank}_{doc}_{index}``)."""
+    docs = sorted({m.document_id for m in memories if m.chunk and m.document_id})
+    known: dict[tuple[str, str], str] = {}
+    next_index: dict[str, int] = {}
+    if docs:
+        rows = await conn.execute(
+            text("SELECT chunk_id, document_id, chunk_index, md5(chunk_text) AS digest FROM chunks "
+                 "WHERE bank_id = :bank AND document_id = ANY(:docs)"),
+            {"bank": bank_id, "docs": docs},
+        )
+        for row in rows:
+            known[(row.document_id, row.digest)] = row.chunk_id
+            next_index[row.document_id] = max(next_index.get(row.document_id, 0), row.chunk_index + 1)
+    out: list[str | None] = []
+    new: dict[str, tuple[str | None, int, str]] = {}
+    for m in memories:
+        if not m.chunk:
+            out.append(None)
+            continue
+        digest = hashlib.md5(m.chunk.encode()).hexdigest()
+        doc_key = m.document_id or f"chunk-{digest[:16]}"
+        chunk_id = known.get((doc_key, digest))
+        if chunk_id is None:
+            index = next_index.get(doc_key, 0) if m.document_id else 0
+            next_index[doc_key] = index + 1
+            chunk_id = known[(doc_key, digest)] = f"{bank_id}_{doc_key}_{index}"
+            new[chunk_id] = (m.document_id, index, m.chunk)
+        out.append(chunk_id)
+    if new:
+        await conn.execute(
+            text(
+                "INSERT INTO chunks (chunk_id, document_id, bank_id, chunk_index, chunk_text) "
+                "SELECT c, d, :bank, i, t FROM unnest(CAST(:ids AS text[]), CAST(:docs AS text[]), "
+                "CAST(:idx AS int[]), CAST(:texts AS text[])) AS u(c, d, i, t) "
+                "ON CONFLICT (chunk_id) DO UPDATE SET chunk_text = excluded.chunk_text"
+            ),
+            {"bank": bank_id, "ids": list(new), "docs": [v[0] for v in new.values()],
+             "idx": [v[1] for v in new.values()], "texts": [v[2] for v in new.values()]},
+        )
+    return out

@@ -1,0 +1,385 @@
+"""Retain: embed ready-made facts and bulk-load them with their entities, chunks and links (SPEC §0).
+
+Rows go in with one binary COPY into a staging table and one INSERT ... ON CONFLICT. On a new bank
+the links are computed in a worker thread while the database loads the rows and builds the HNSW
+indexes, and they are written with one binary COPY.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import RetainError
+from ..protocols import EmbeddingProvider, TextSearchBackend
+from ..settings import Settings
+from ..store import banks
+from ..store._bincopy import driver_connection
+from ..store.db import Database
+from ..store.schema import vector_index_statements
+from ..types import Memory
+from ._rows import check_references, write_chunks, write_entities
+from ._rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
+from ._rows import unit_id as unit_id
+from .links import (
+    Links,
+    causal_links,
+    copy_links,
+    epochs,
+    semantic_links,
+    semantic_pairs,
+    temporal_links,
+    temporal_pairs,
+    uuid_keys,
+)
+
+log = logging.getLogger(__name__)
+
+_STAGE_COLUMNS = (
+    "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
+    "occurred_start timestamptz, occurred_end timestamptz, mentioned_at timestamptz, event_date timestamptz, "
+    "tags varchar[], metadata jsonb, document_id text, chunk_id text, proof_count int, "
+    "source_memory_ids uuid[], text_signals text, document text"
+)
+#: the binary COPY types of the staging columns, in order
+_STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4") for c in _STAGE_COLUMNS.split(", ")]
+#: a load of this many rows plus a tenth of the table is vacuumed and analyzed before retain returns
+#: (autovacuum's analyze threshold)
+MAINTAIN_MIN_ROWS = 50
+MAINTAINED_TABLES = ("memory_units", "unit_entities", "memory_links", "observation_sources")
+#: maintenance_work_mem for the HNSW build: about 2.5 kB per row keeps a 384-d graph in memory
+_INDEX_MEMORY_KB_PER_ROW = 2.5
+_INDEX_MEMORY_MB = (512, 2048)
+_UNIT_COLUMNS = (
+    "id, bank_id, external_id, fact_type, text, context, embedding, occurred_start, occurred_end, "
+    "mentioned_at, event_date, tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, "
+    "text_signals"
+)
+_UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:]) + ", search_vector = excluded.search_vector, updated_at = now()"
+
+
+def text_signals(memory: Memory) -> str:
+    """Entity names plus the occurrence dates as "Month D YYYY", for keyword matching."""
+    dates = dict.fromkeys(d for d in (memory.occurred_start, memory.occurred_end) if d is not None)
+    return " ".join([*memory.entities, *(f"{d:%B} {d.day} {d.year}" for d in dates)])
+
+
+@dataclass
+class RetainStats:
+    """What a retain call did and how long each part took."""
+
+    memories: int = 0
+    banks: int = 0
+    links: int = 0
+    seconds: float = 0.0
+    embedding_seconds: float = 0.0
+    #: rows, entities and chunks written
+    load_seconds: float = 0.0
+    #: what links add to the call: on a new bank, waiting for their computation (which overlaps the
+    #: load and the index build) plus writing them
+    link_seconds: float = 0.0
+    #: computing the links on their own, overlapped or not
+    link_compute_seconds: float = 0.0
+    #: building a new bank's HNSW indexes
+    index_seconds: float = 0.0
+    #: VACUUM (ANALYZE) after a bulk load
+    maintenance_seconds: float = 0.0
+    per_bank: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def per_second(self) -> float:
+        return self.memories / self.seconds if self.seconds > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "memories": self.memories, "banks": self.banks, "links": self.links,
+            "seconds": round(self.seconds, 3), "embedding_seconds": round(self.embedding_seconds, 3),
+            "load_seconds": round(self.load_seconds, 3), "link_seconds": round(self.link_seconds, 3),
+            "link_compute_seconds": round(self.link_compute_seconds, 3),
+            "index_seconds": round(self.index_seconds, 3),
+            "maintenance_seconds": round(self.maintenance_seconds, 3),
+            "memories_per_second": round(self.per_second, 1),
+        }
+
+
+class Ingestor:
+    """Validates, embeds and writes batches of memories, one transaction per call."""
+
+    def __init__(self, db: Database, embedder: EmbeddingProvider, backend: TextSearchBackend, settings: Settings) -> None:
+        self.db, self.embedder, self.backend, self.settings = db, embedder, backend, settings
+
+    async def retain(
+        self,
+        batches: Mapping[str, Sequence[Memory]],
+        *,
+        lines: Mapping[str, Sequence[int]] | None = None,
+        progress: bool | None = None,
+        embeddings: Mapping[str, Sequence[Sequence[float]] | np.ndarray] | None = None,
+    ) -> RetainStats:
+        """Write every bank's memories; all or nothing.
+
+        :param batches: bank id -> memories.
+        :param lines: bank id -> source line numbers, for error messages.
+        :param progress: show a progress bar (default: when stderr is a terminal).
+        :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; when
+            given, the embedding model is not run (every bank needs its vectors).
+        """
+        started = time.perf_counter()
+        stats = RetainStats()
+        for bank_id, memories in batches.items():
+            banks.validate_bank_id(bank_id)
+            _check_unique(memories, (lines or {}).get(bank_id))
+        t0 = time.perf_counter()
+        if embeddings is None:
+            vectors = np.asarray(await self._embed([m.text for ms in batches.values() for m in ms], progress),
+                                 dtype=np.float32)
+        else:
+            vectors = self._given(batches, embeddings)
+        stats.embedding_seconds = time.perf_counter() - t0
+        async with self.db.connect() as conn:
+            offset = 0
+            for bank_id, memories in batches.items():
+                if not memories:
+                    continue
+                await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
+                                        (lines or {}).get(bank_id), stats)
+                offset += len(memories)
+            # the planner's estimate; a new bank's index build has already counted this load
+            table_rows = await conn.scalar(text(
+                "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
+            ))
+        if needs_maintenance(offset, float(table_rows or 0)):
+            # What autovacuum would do within a minute of a bulk load, done before the first recall:
+            # statistics for the keyword arm's term frequencies, and visibility maps, without which
+            # the graph arm's index-only walks over entity pairs fetch every heap row.
+            t1 = time.perf_counter()
+            try:
+                await self.db.vacuum_analyze(MAINTAINED_TABLES)
+            except Exception as exc:  # the memories are committed; this only speeds up recall
+                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
+            stats.maintenance_seconds = time.perf_counter() - t1
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def _given(self, batches: Mapping[str, Sequence[Memory]], embeddings: Mapping[str, Any]) -> np.ndarray:
+        """Check caller-given vectors (one per memory, the model's dimension); stack them in batch order."""
+        dims = self.embedder.dimensions()
+        parts = [np.empty((0, dims), dtype=np.float32)]
+        for bank_id, memories in batches.items():
+            given = embeddings.get(bank_id)
+            count = 0 if given is None else len(given)
+            if count != len(memories):
+                raise RetainError(None, "embeddings",
+                                  f"bank {bank_id!r} has {len(memories)} memories but {count} vectors")
+            if not memories:
+                continue
+            try:
+                part = np.asarray(given, dtype=np.float32)
+            except ValueError:
+                part = np.empty(0, dtype=np.float32)  # ragged rows: reported below
+            if part.shape != (len(memories), dims) or not np.isfinite(part).all():
+                raise RetainError(None, "embeddings",
+                                  f"bank {bank_id!r} needs finite {dims}-dimensional vectors, one per memory")
+            parts.append(part)
+        return np.concatenate(parts)
+
+    async def _embed(self, texts: list[str], progress: bool | None) -> list[list[float]]:
+        size = max(self.settings.embeddings_batch_size * 4, 64)
+        show = sys.stderr.isatty() if progress is None else progress
+        from tqdm import tqdm  # late: only retain needs it
+
+        out: list[list[float]] = []
+        with tqdm(total=len(texts), desc="embedding", unit="memory", disable=not show, file=sys.stderr) as bar:
+            for i in range(0, len(texts), size):
+                out.extend(await self.embedder.embed(texts[i : i + size], mode="passage"))
+                bar.update(min(size, len(texts) - i))
+        return out
+
+    async def _retain_bank(
+        self,
+        conn: AsyncConnection,
+        bank_id: str,
+        memories: Sequence[Memory],
+        vectors: np.ndarray,
+        lines: Sequence[int] | None,
+        stats: RetainStats,
+    ) -> None:
+        t0 = time.perf_counter()
+        internal_id, created = await banks.ensure_bank(conn, bank_id)
+        ids = [unit_id(bank_id, m.id) for m in memories]
+        await check_references(conn, bank_id, memories, lines)
+        dates = [m.occurred_start or m.mentioned_at or m.occurred_end for m in memories]
+        pending: asyncio.Future[tuple[list[Links], float]] | None = None
+        if created:
+            # A new bank holds only this batch: its links need no database reads, so compute them in a
+            # thread while the database loads the rows and builds the indexes.
+            work = asyncio.to_thread(self._fresh_links, uuid_keys(ids), vectors, epochs(dates))
+            pending = asyncio.ensure_future(work)
+        try:
+            chunk_ids = await write_chunks(conn, bank_id, memories)
+            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, fresh=created)
+            await write_entities(conn, bank_id, ids, memories, fresh=created)
+            t1 = time.perf_counter()
+            stats.load_seconds += t1 - t0
+            if created:
+                await _build_vector_indexes(conn, bank_id, str(internal_id), len(memories))
+            t2 = time.perf_counter()
+            stats.index_seconds += t2 - t1
+            if pending is not None:
+                computed, seconds = await pending
+                stats.link_compute_seconds += seconds
+            else:
+                computed = await self._existing_bank_links(conn, bank_id, ids, vectors, dates)
+                stats.link_compute_seconds += time.perf_counter() - t2
+            stats.links += await self._write_links(conn, bank_id, ids, memories, computed)
+            stats.link_seconds += time.perf_counter() - t2
+        finally:
+            if pending is not None and not pending.done():
+                # the thread finishes on its own; retrieve its outcome so none is reported as lost
+                pending.add_done_callback(lambda f: f.cancelled() or f.exception())
+        stats.memories += len(memories)
+        stats.banks += 1
+        stats.per_bank[bank_id] = len(memories)
+
+    def _fresh_links(
+        self, keys: np.ndarray, vectors: np.ndarray, times: np.ndarray
+    ) -> tuple[list[Links], float]:
+        """Semantic and temporal links among the rows of a new bank (runs in a worker thread)."""
+        started = time.perf_counter()
+        everything = np.arange(len(keys))
+        links = [semantic_pairs(keys, vectors, everything, self.settings.semantic_link_min_similarity),
+                 temporal_pairs(keys, times, everything)]
+        return links, time.perf_counter() - started
+
+    async def _existing_bank_links(
+        self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], vectors: np.ndarray,
+        dates: Sequence[datetime | None],
+    ) -> list[Links]:
+        """Links of new rows in a bank that already had rows: the bank's other rows are read back."""
+        await conn.execute(
+            text(
+                "DELETE FROM memory_links WHERE (from_unit_id = ANY(:ids) AND link_type IN "
+                "('semantic', 'temporal', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by')"
+            ),
+            {"ids": ids},
+        )
+        return [await semantic_links(conn, bank_id, ids, vectors, self.settings.semantic_link_min_similarity),
+                await temporal_links(conn, bank_id, ids, dates)]
+
+    async def _write_units(
+        self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
+        vectors: np.ndarray, chunk_ids: list[str | None], *, fresh: bool,
+    ) -> None:
+        """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert.
+
+        Rows are written in id order: the primary key then fills page by page, and the entity pairs'
+        foreign-key checks (also sent in id order) read the table in order.
+        """
+        from pgvector.psycopg import register_vector_async  # late: only retain writes vectors
+
+        raw = await driver_connection(conn)
+        await register_vector_async(raw)
+        await conn.execute(text(
+            f"CREATE TEMP TABLE IF NOT EXISTS retain_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS"
+        ))
+        stage = f"COPY retain_stage ({_UNIT_COLUMNS}, document) FROM STDIN (FORMAT BINARY)"
+        async with raw.cursor().copy(stage) as copy:
+            copy.set_types(_STAGE_TYPES)
+            for i in sorted(range(len(ids)), key=lambda i: ids[i].bytes):
+                await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i]))
+        # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
+        upsert = "" if fresh else f" ON CONFLICT (id) DO UPDATE SET {_UPDATE}"
+        await conn.execute(text(
+            f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector) "
+            f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
+            f"occurred_start, occurred_end, mentioned_at, event_date, tags, metadata, document_id, chunk_id, "
+            f"proof_count, source_memory_ids, text_signals, {self.backend.write_expression('document')} "
+            f"FROM retain_stage{upsert}"
+        ))
+        if not fresh:
+            await conn.execute(text(
+                "DELETE FROM observation_sources WHERE observation_id IN (SELECT id FROM retain_stage)"
+            ))
+        await conn.execute(text(
+            "INSERT INTO observation_sources (source_id, observation_id) SELECT DISTINCT s.source_id, r.id "
+            "FROM retain_stage r CROSS JOIN LATERAL unnest(r.source_memory_ids) AS s(source_id)"
+        ))
+        await conn.execute(text("TRUNCATE retain_stage"))
+
+    def _stage_row(
+        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None
+    ) -> tuple[Any, ...]:
+        from psycopg.types.json import Jsonb  # late: only retain writes rows
+
+        signals = text_signals(m)
+        document = self.backend.prepare_document(" ".join([m.text, m.context or "", signals]))
+        return (
+            uid, bank_id, m.id, m.type, m.text, m.context, vector,
+            m.occurred_start, m.occurred_end, m.mentioned_at,
+            m.occurred_start or m.mentioned_at or m.occurred_end,
+            list(m.tags), Jsonb(dict(m.metadata)) if m.metadata else None,
+            m.document_id, chunk_id, m.proof_count,
+            [unit_id(bank_id, s) for s in m.source_ids] or None,
+            signals, document,
+        )
+
+    async def _write_links(
+        self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
+        computed: list[Links],
+    ) -> int:
+        """Semantic and temporal links by binary COPY (none exist from these rows now); causal by upsert."""
+        written = await copy_links(conn, computed)
+        causal = causal_links(ids, [[unit_id(bank_id, c) for c in m.causes] for m in memories])
+        if not causal:
+            return written
+        raw = await driver_connection(conn)
+        await conn.execute(text(
+            "CREATE TEMP TABLE IF NOT EXISTS stage_links (from_unit_id uuid, to_unit_id uuid, link_type text, "
+            "weight double precision) ON COMMIT DELETE ROWS"
+        ))
+        async with raw.cursor().copy("COPY stage_links FROM STDIN") as copy:
+            for link in causal:
+                await copy.write_row(link)
+        await conn.execute(text(
+            "INSERT INTO memory_links SELECT DISTINCT ON (from_unit_id, to_unit_id, link_type) * FROM stage_links "
+            "ORDER BY from_unit_id, to_unit_id, link_type, weight DESC "
+            "ON CONFLICT (from_unit_id, to_unit_id, link_type) DO UPDATE SET weight = excluded.weight"
+        ))
+        await conn.execute(text("TRUNCATE stage_links"))
+        return written + len(causal)
+
+
+async def _build_vector_indexes(conn: AsyncConnection, bank_id: str, internal_id: str, rows: int) -> None:
+    """Build a new bank's HNSW indexes once, after the bulk load (a live HNSW index inserts ~10x slower)."""
+    low, high = _INDEX_MEMORY_MB
+    megabytes = int(min(high, max(low, rows * _INDEX_MEMORY_KB_PER_ROW / 1024)))
+    # with less memory than the graph needs, pgvector builds it on disk, several times slower
+    await conn.execute(text(f"SET LOCAL maintenance_work_mem = '{megabytes}MB'"))
+    for statement in vector_index_statements(bank_id, internal_id):
+        await conn.execute(text(statement))
+
+
+def needs_maintenance(written: int, table_rows: float) -> bool:
+    """Whether a load is big enough for autovacuum's analyze threshold: 50 rows plus a tenth of the table."""
+    return written >= MAINTAIN_MIN_ROWS + 0.1 * table_rows
+
+
+def _check_unique(memories: Sequence[Memory], lines: Sequence[int] | None) -> None:
+    seen: dict[str, int] = {}
+    for i, m in enumerate(memories):
+        line = lines[i] if lines else None
+        if m.id in seen:
+            first = lines[seen[m.id]] if lines else seen[m.id]
+            raise RetainError(line, "id", f"{m.id!r} appears twice in this batch (first at {first})")
+        seen[m.id] = i

@@ -1,0 +1,257 @@
+"""Links recall follows: semantic kNN, temporal proximity and caller-given causes (SPEC §0).
+
+Semantic and temporal links are computed over a whole batch at once in numpy and written with one
+binary COPY; nothing runs once per memory. A new bank needs no database reads at all. A batch into
+an existing bank reads the bank's vectors and dates back, except a small batch into a big bank,
+which asks the bank's HNSW indexes, many rows per statement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..store._bincopy import copy_columns, driver_connection
+from ._knn import neighbours
+
+Link = tuple[uuid.UUID, uuid.UUID, str, float]
+
+SEMANTIC_NEIGHBOURS = 50
+TEMPORAL_NEIGHBOURS = 20
+TEMPORAL_HOURS = 24.0
+#: a batch into a bank of more than INDEX_MIN_ROWS rows and INDEX_RATIO times the batch asks the index
+INDEX_MIN_ROWS = 20_000
+INDEX_RATIO = 500
+#: new rows per HNSW statement
+INDEX_BATCH = 200
+
+
+@dataclass(frozen=True)
+class Links:
+    """Links of one type as parallel arrays: 16-byte uuids of both ends and weights.
+
+    :param link_type: ``semantic``, ``temporal``, ...
+    :param sources: ``from_unit_id`` of each link (numpy ``V16``).
+    :param targets: ``to_unit_id`` of each link (numpy ``V16``).
+    :param weights: weights in [0, 1].
+    """
+
+    link_type: str
+    sources: np.ndarray
+    targets: np.ndarray
+    weights: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+
+def uuid_keys(ids: Sequence[uuid.UUID]) -> np.ndarray:
+    """The 16 bytes of each uuid as one numpy ``V16`` array."""
+    return np.frombuffer(b"".join(u.bytes for u in ids), dtype="V16").copy() if ids else np.empty(0, "V16")
+
+
+def epochs(dates: Sequence[datetime | None]) -> np.ndarray:
+    """Seconds since the epoch; NaN for a missing date."""
+    return np.array([d.timestamp() if d is not None else np.nan for d in dates], dtype=np.float64)
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    scaled: np.ndarray = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    return scaled
+
+
+def semantic_pairs(keys: np.ndarray, vectors: np.ndarray, queries: np.ndarray, floor: float) -> Links:
+    """Each query row links to its 50 most similar rows above ``floor`` (weight = cosine similarity).
+
+    :param keys: the uuid of every row.
+    :param vectors: every row's vector.
+    :param queries: indices of the rows that get links.
+    :param floor: SEMANTIC_LINK_MIN_SIMILARITY.
+    """
+    rows, cols, sims = neighbours(unit_rows(vectors), queries, SEMANTIC_NEIGHBOURS, floor)
+    return Links("semantic", keys[rows], keys[cols], np.minimum(sims.astype(np.float64), 1.0))
+
+
+def temporal_pairs(keys: np.ndarray, times: np.ndarray, queries: np.ndarray) -> Links:
+    """Each dated query row links to its 20 nearest dated rows within 24 h: ``max(0.3, 1 − Δh/24)``.
+
+    The 20 nearest in time are among the 20 before and the 20 after in time order, so a sorted array
+    and a fixed window of 40 candidates per row find them without a loop.
+
+    :param keys: the uuid of every row.
+    :param times: every row's date in epoch seconds (NaN: undated).
+    :param queries: indices of the rows that get links.
+    """
+    dated = np.flatnonzero(~np.isnan(times))
+    order = dated[np.argsort(times[dated], kind="stable")]
+    ordered = times[order]
+    position = np.full(len(times), -1, dtype=np.int64)
+    position[order] = np.arange(len(order))
+    starts = position[np.asarray(queries, dtype=np.int64)]
+    starts = starts[starts >= 0]
+    offsets = np.r_[-np.arange(TEMPORAL_NEIGHBOURS, 0, -1), np.arange(1, TEMPORAL_NEIGHBOURS + 1)]
+    limit = TEMPORAL_HOURS * 3600
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for i in range(0, len(starts), 200_000):  # blocks bound the (rows x 40) temporaries at 1M
+        here = starts[i : i + 200_000]
+        candidates = here[:, None] + offsets[None, :]
+        inside = (candidates >= 0) & (candidates < len(ordered))
+        candidates = np.clip(candidates, 0, max(len(ordered) - 1, 0))
+        delta = np.abs(ordered[candidates] - ordered[here][:, None])
+        delta[~inside | (delta > limit)] = np.inf
+        pick = np.argpartition(delta, TEMPORAL_NEIGHBOURS - 1, axis=1)[:, :TEMPORAL_NEIGHBOURS]
+        picked = np.take_along_axis(delta, pick, axis=1)
+        row, col = np.nonzero(np.isfinite(picked))
+        targets = np.take_along_axis(candidates, pick, axis=1)[row, col]
+        parts.append((order[here[row]], order[targets], picked[row, col]))
+    if not parts:
+        return Links("temporal", keys[:0], keys[:0], np.empty(0))
+    sources, targets, deltas = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    return Links("temporal", keys[sources], keys[targets], np.maximum(0.3, 1.0 - deltas / limit))
+
+
+async def semantic_links(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], vectors: np.ndarray, floor: float
+) -> Links:
+    """Semantic links of new rows already written to an existing bank.
+
+    :param conn: the retain transaction (the rows are written, the bank's indexes exist).
+    :param bank_id: the bank.
+    :param ids: the new rows' ids.
+    :param vectors: their vectors (unused when the bank's vectors are read back).
+    :param floor: SEMANTIC_LINK_MIN_SIMILARITY.
+    """
+    count = text("SELECT count(*) FROM memory_units WHERE bank_id = :bank")
+    total = int(await conn.scalar(count, {"bank": bank_id}))
+    if total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids):
+        return await _semantic_by_index(conn, bank_id, ids, floor)
+    from pgvector.psycopg import register_vector_async  # late: only retain reads vectors back
+
+    raw = await driver_connection(conn)
+    await register_vector_async(raw)  # vectors arrive as numpy arrays in binary, not text to parse
+    cursor = raw.cursor(binary=True)
+    await cursor.execute(
+        "SELECT id, embedding FROM memory_units WHERE bank_id = %s AND embedding IS NOT NULL", (bank_id,)
+    )
+    rows = await cursor.fetchall()
+    if len(rows) < 2:
+        return Links("semantic", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
+    keys = uuid_keys([r[0] for r in rows])
+    matrix = np.stack([np.asarray(r[1].to_numpy() if hasattr(r[1], "to_numpy") else r[1], dtype=np.float32)
+                       for r in rows])
+    queries = _positions(keys, uuid_keys(ids))
+    return await asyncio.to_thread(semantic_pairs, keys, matrix, queries, floor)
+
+
+async def _semantic_by_index(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float
+) -> Links:
+    """Ask the per-(bank, fact type) HNSW indexes for new rows' neighbours, INDEX_BATCH rows a statement."""
+    await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true)"),
+                       {"ef": str(SEMANTIC_NEIGHBOURS * 2)})
+    from ..types import FACT_TYPES
+
+    # the fact type and bank are plain predicates so each lateral matches its partial index
+    statement = text(
+        "SELECT q.id AS source, n.id AS target, 1 - n.distance AS similarity FROM memory_units q "
+        "CROSS JOIN LATERAL (SELECT m.id, m.embedding <=> q.embedding AS distance FROM memory_units m "
+        "WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND m.embedding IS NOT NULL "
+        "ORDER BY m.embedding <=> q.embedding LIMIT :k) n "
+        "WHERE q.id = ANY(:ids) AND q.embedding IS NOT NULL AND n.id <> q.id AND 1 - n.distance >= :floor"
+    )
+    best: dict[uuid.UUID, list[tuple[float, uuid.UUID]]] = {}
+    for i in range(0, len(ids), INDEX_BATCH):
+        for fact_type in FACT_TYPES:
+            params = {"bank": bank_id, "fact_type": fact_type, "ids": ids[i : i + INDEX_BATCH],
+                      "k": SEMANTIC_NEIGHBOURS + 1, "floor": floor}
+            result = await conn.execute(statement, params)
+            for row in result:
+                best.setdefault(row.source, []).append((float(row.similarity), row.target))
+    sources: list[uuid.UUID] = []
+    targets: list[uuid.UUID] = []
+    weights: list[float] = []
+    for source, found in best.items():
+        for sim, target in sorted(found, key=lambda x: -x[0])[:SEMANTIC_NEIGHBOURS]:
+            sources.append(source)
+            targets.append(target)
+            weights.append(min(1.0, sim))
+    return Links("semantic", uuid_keys(sources), uuid_keys(targets), np.array(weights, dtype=np.float64))
+
+
+async def temporal_links(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], dates: Sequence[datetime | None]
+) -> Links:
+    """Temporal links of new rows already written to an existing bank; reads only dates near theirs.
+
+    :param conn: the retain transaction.
+    :param bank_id: the bank.
+    :param ids: the new rows' ids.
+    :param dates: their dates (``event_date``).
+    """
+    known = [d for d in dates if d is not None]
+    if not known:
+        return Links("temporal", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
+    raw = await driver_connection(conn)
+    cursor = raw.cursor(binary=True)
+    await cursor.execute(
+        "SELECT id, extract(epoch FROM event_date)::float8 FROM memory_units WHERE bank_id = %s "
+        "AND event_date BETWEEN %s::timestamptz - %s * interval '1 hour' "
+        "AND %s::timestamptz + %s * interval '1 hour'",
+        (bank_id, min(known), TEMPORAL_HOURS, max(known), TEMPORAL_HOURS),
+    )
+    rows = await cursor.fetchall()
+    keys = uuid_keys([r[0] for r in rows])
+    times = np.array([r[1] for r in rows], dtype=np.float64)
+    return temporal_pairs(keys, times, _positions(keys, uuid_keys(ids)))
+
+
+def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Indices in ``keys`` of the ``wanted`` keys that are present."""
+    index = {k.tobytes(): i for i, k in enumerate(keys)}
+    return np.array([index[w] for w in (k.tobytes() for k in wanted) if w in index], dtype=np.int64)
+
+
+def causal_links(ids: list[uuid.UUID], causes: Sequence[Sequence[uuid.UUID]]) -> list[Link]:
+    """``A causes B`` is stored both ways (causes / caused_by) so either end can reach the other."""
+    links: list[Link] = []
+    for uid, targets in zip(ids, causes, strict=True):
+        for target in targets:
+            links.append((uid, target, "causes", 1.0))
+            links.append((target, uid, "caused_by", 1.0))
+    return links
+
+
+async def copy_links(conn: AsyncConnection, batches: Sequence[Links]) -> int:
+    """Write links with one binary COPY into ``memory_links``; the caller ensures none exists yet.
+
+    Rows go in source order: the two indexes that lead with ``from_unit_id`` then fill page by page.
+
+    :param conn: the retain transaction.
+    :param batches: the links, one :class:`Links` per type.
+    """
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        return 0
+    width = {len(b.link_type.encode()) for b in batches}
+    if len(width) > 1:  # a text column of the binary records has one byte length: one COPY per length
+        return sum([await copy_links(conn, [b]) for b in batches])
+    sources = np.concatenate([b.sources for b in batches])
+    order = np.argsort(sources.view("S16"), kind="stable")
+    kind = f"S{width.pop()}"
+    types = np.concatenate([np.full(len(b), b.link_type.encode(), dtype=kind) for b in batches])
+    columns = [sources[order], np.concatenate([b.targets for b in batches])[order], types[order],
+               np.concatenate([b.weights for b in batches]).astype(">f8")[order]]
+    raw = await driver_connection(conn)
+    return await copy_columns(
+        raw, "COPY memory_links (from_unit_id, to_unit_id, link_type, weight) FROM STDIN (FORMAT BINARY)",
+        columns,
+    )

@@ -1,0 +1,124 @@
+"""One async connection pool (SQLAlchemy 2 + psycopg 3) plus the session set-up every connection gets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from ..errors import DatabaseError
+from ..settings import Settings
+from . import embedded
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Accept libpq-style URLs and pick the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise DatabaseError(f"HINDSIGHT_API_DATABASE_URL must be a postgresql:// URL, got {parsed.drivername!r}")
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+class Database:
+    """The pool, the embedded server (when used) and per-connection session statements."""
+
+    def __init__(self, settings: Settings, session_statements: Sequence[str] = ()) -> None:
+        self.settings = settings
+        self.session_statements = list(session_statements)
+        self.engine: AsyncEngine | None = None
+        self.embedded = settings.database_url is None
+        self.url = ""
+
+    async def open(self) -> None:
+        s = self.settings
+        if self.embedded:
+            self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir)
+        else:
+            self.url = s.database_url or ""
+        options = f"-c search_path={s.database_schema},public -c plan_cache_mode=force_custom_plan"
+        if s.db_statement_timeout:
+            options += f" -c statement_timeout={int(s.db_statement_timeout * 1000)}"
+        self.engine = create_async_engine(
+            sqlalchemy_url(self.url),
+            pool_size=max(s.db_pool_min_size, 1),
+            max_overflow=s.db_pool_max_size - max(s.db_pool_min_size, 1),
+            pool_timeout=s.db_acquire_timeout or None,
+            pool_pre_ping=False,
+            connect_args={"options": options, "connect_timeout": max(int(s.db_acquire_timeout), 1)},
+        )
+        setup = self._run_session_statements
+        event.listen(self.engine.sync_engine, "connect", setup)
+        if s.db_session_setup_on_acquire and self.session_statements:
+            event.listen(self.engine.sync_engine, "checkout", setup)
+        try:
+            async with self.engine.connect() as conn:
+                await conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:
+            await self.close()
+            raise DatabaseError(
+                f"cannot connect to PostgreSQL: {exc}. Check HINDSIGHT_API_DATABASE_URL "
+                "(unset it to use the embedded server)."
+            ) from exc
+
+    def _run_session_statements(self, dbapi_connection: Any, *_: Any) -> None:
+        if not self.session_statements:
+            return
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        cursor = dbapi_connection.cursor()
+        for statement in self.session_statements:
+            cursor.execute(statement)
+        cursor.close()
+        dbapi_connection.autocommit = autocommit
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection inside a transaction that commits on success."""
+        if self.engine is None:
+            raise DatabaseError("the database is not open; use 'async with Engine()' first")
+        async with self.engine.begin() as conn:
+            yield conn
+
+    async def vacuum_analyze(self, tables: Sequence[str]) -> None:
+        """``VACUUM (ANALYZE)`` the tables; it cannot run inside a transaction, so autocommit."""
+        if self.engine is None:
+            raise DatabaseError("the database is not open; use 'async with Engine()' first")
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            for table in tables:
+                await conn.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
+
+    def limited(self, connections: int) -> LimitedConnections:
+        """A view that lets one recall hold at most ``connections`` connections at once."""
+        return LimitedConnections(self, connections)
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.dispose()
+            self.engine = None
+        if self.embedded and self.url:
+            await asyncio.to_thread(embedded.stop, self.settings.embedded_data_dir)
+            self.url = ""
+
+
+class LimitedConnections:
+    """Hands out connections of a :class:`Database`, at most ``n`` at a time (RECALL_CONNECTION_BUDGET)."""
+
+    def __init__(self, db: Database, n: int) -> None:
+        self.db = db
+        self._slots = asyncio.Semaphore(n)
+        #: Seconds spent waiting for a slot or a pooled connection, summed (a trace diagnostic).
+        self.waited = 0.0
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        started = time.perf_counter()
+        async with self._slots, self.db.connect() as conn:
+            self.waited += time.perf_counter() - started
+            yield conn

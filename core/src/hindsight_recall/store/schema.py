@@ -1,0 +1,228 @@
+"""The SPEC §1 schema: versioned, idempotent migrations plus the text-search column and bank indexes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import ConfigError
+from ..protocols import TextSearchBackend
+from ..types import FACT_TYPES
+
+#: Columns every arm selects, in the order :class:`~hindsight_recall.types.MemoryRow` expects.
+ROW_COLUMNS = (
+    "id, external_id, text, fact_type, context, occurred_start, occurred_end, mentioned_at, "
+    "tags, metadata, document_id, chunk_id, proof_count, source_memory_ids"
+)
+
+_FACT_TYPE_CHECK = ", ".join(f"'{t}'" for t in FACT_TYPES)
+
+
+def _v1(dimensions: int) -> list[str]:
+    return [
+        "CREATE EXTENSION IF NOT EXISTS vector",
+        """CREATE TABLE IF NOT EXISTS banks (
+            bank_id text PRIMARY KEY,
+            internal_id uuid UNIQUE NOT NULL,
+            config jsonb NOT NULL DEFAULT '{}'::jsonb,
+            created_at timestamptz NOT NULL DEFAULT now())""",
+        f"""CREATE TABLE IF NOT EXISTS memory_units (
+            id uuid PRIMARY KEY,
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            external_id text NOT NULL,
+            fact_type text NOT NULL CHECK (fact_type IN ({_FACT_TYPE_CHECK})),
+            text text NOT NULL,
+            context text,
+            embedding vector({int(dimensions)}),
+            occurred_start timestamptz,
+            occurred_end timestamptz,
+            mentioned_at timestamptz,
+            event_date timestamptz,
+            tags varchar[] NOT NULL DEFAULT '{{}}',
+            metadata jsonb,
+            document_id text,
+            chunk_id text,
+            proof_count int NOT NULL DEFAULT 1,
+            source_memory_ids uuid[],
+            text_signals text,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            UNIQUE (bank_id, external_id))""",
+        *(
+            f"CREATE INDEX IF NOT EXISTS idx_mu_{col} ON memory_units (bank_id, fact_type, {col}) "
+            f"WHERE {col} IS NOT NULL"
+            for col in ("occurred_start", "occurred_end", "mentioned_at")
+        ),
+        "CREATE INDEX IF NOT EXISTS idx_mu_tags ON memory_units USING gin (tags)",
+        """CREATE TABLE IF NOT EXISTS entities (
+            id uuid PRIMARY KEY,
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            canonical_name text NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS idx_entities_bank ON entities (bank_id)",
+        """CREATE TABLE IF NOT EXISTS unit_entities (
+            unit_id uuid NOT NULL REFERENCES memory_units(id) ON DELETE CASCADE,
+            entity_id uuid NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            PRIMARY KEY (unit_id, entity_id))""",
+        "CREATE INDEX IF NOT EXISTS idx_unit_entities_entity ON unit_entities (entity_id, unit_id)",
+        """CREATE TABLE IF NOT EXISTS memory_links (
+            from_unit_id uuid NOT NULL REFERENCES memory_units(id) ON DELETE CASCADE,
+            to_unit_id uuid NOT NULL REFERENCES memory_units(id) ON DELETE CASCADE,
+            link_type text NOT NULL CHECK (link_type IN
+                ('semantic', 'temporal', 'causes', 'caused_by', 'enables', 'prevents')),
+            weight double precision NOT NULL CHECK (weight >= 0 AND weight <= 1),
+            PRIMARY KEY (from_unit_id, to_unit_id, link_type))""",
+        "CREATE INDEX IF NOT EXISTS idx_links_from ON memory_links (from_unit_id, link_type, weight DESC)",
+        "CREATE INDEX IF NOT EXISTS idx_links_to ON memory_links (to_unit_id, link_type, weight DESC)",
+        """CREATE TABLE IF NOT EXISTS chunks (
+            chunk_id text PRIMARY KEY,
+            document_id text,
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            chunk_index int NOT NULL,
+            chunk_text text NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS idx_chunks_bank ON chunks (bank_id)",
+    ]
+
+
+def _v2(dimensions: int) -> list[str]:
+    # The graph arm's observation path looks up observations by their sources (`&&`).
+    return ["CREATE INDEX IF NOT EXISTS idx_mu_source_ids ON memory_units USING gin (source_memory_ids)"]
+
+
+def _v3(dimensions: int) -> list[str]:
+    # Links are derived rows written in the same transaction as the memories they join; checking two
+    # foreign keys per link row was two thirds of bulk-link time. delete_bank removes a bank's links.
+    return [
+        "ALTER TABLE memory_links DROP CONSTRAINT IF EXISTS memory_links_from_unit_id_fkey",
+        "ALTER TABLE memory_links DROP CONSTRAINT IF EXISTS memory_links_to_unit_id_fkey",
+    ]
+
+
+def _v4(dimensions: int) -> list[str]:
+    # A 384-d row is about 2.3 kB, just over the default 2 kB toast threshold, so every embedding
+    # went out of line and each heap fetch or exact scan paid a TOAST lookup. Rows now stay whole up
+    # to a page; only new rows are affected.
+    return ["ALTER TABLE memory_units SET (toast_tuple_target = 8160)"]
+
+
+def _v5(dimensions: int) -> list[str]:
+    # The graph arm finds observations citing any of a few thousand reached memories. A GIN `&&`
+    # scan costs about keys × matches; btree probes on this table cost one descent per key.
+    return [
+        """CREATE TABLE IF NOT EXISTS observation_sources (
+            source_id uuid NOT NULL,
+            observation_id uuid NOT NULL,
+            PRIMARY KEY (source_id, observation_id))""",
+        "CREATE INDEX IF NOT EXISTS idx_observation_sources_observation ON observation_sources (observation_id)",
+        "INSERT INTO observation_sources (source_id, observation_id) "
+        "SELECT DISTINCT s.source_id, u.id FROM memory_units u CROSS JOIN LATERAL unnest(u.source_memory_ids) "
+        "AS s(source_id) ON CONFLICT DO NOTHING",
+        "DROP INDEX IF EXISTS idx_mu_source_ids",
+    ]
+
+
+def _v6(dimensions: int) -> list[str]:
+    # The graph arm walks each entity's memories of one fact type, newest id first. With the fact type
+    # beside the pair, one index range serves the walk; before, every pair cost a memory_units lookup.
+    return [
+        "ALTER TABLE unit_entities ADD COLUMN IF NOT EXISTS fact_type text",
+        "UPDATE unit_entities ue SET fact_type = u.fact_type FROM memory_units u "
+        "WHERE u.id = ue.unit_id AND ue.fact_type IS DISTINCT FROM u.fact_type",
+        "ALTER TABLE unit_entities ALTER COLUMN fact_type SET NOT NULL",
+        "CREATE INDEX IF NOT EXISTS idx_unit_entities_entity_type "
+        "ON unit_entities (entity_id, fact_type, unit_id DESC)",
+        "DROP INDEX IF EXISTS idx_unit_entities_entity",
+    ]
+
+
+#: version -> statements (a function of the embedding dimension). Append; never edit a released one.
+MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
+
+
+async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBackend) -> None:
+    """Bring the schema up to date, idempotently and safely under concurrent start-ups.
+
+    :param conn: a connection inside a transaction.
+    :param dimensions: the embedding dimension of the configured provider.
+    :param backend: the selected text-search backend.
+    """
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('hindsight_recall.migrate'))"))
+    await conn.execute(text(
+        "CREATE TABLE IF NOT EXISTS hindsight_meta (key text PRIMARY KEY, value text NOT NULL)"
+    ))
+    await conn.execute(text(
+        "CREATE TABLE IF NOT EXISTS hindsight_migrations "
+        "(version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    done = set((await conn.execute(text("SELECT version FROM hindsight_migrations"))).scalars())
+    for version in sorted(MIGRATIONS):
+        if version in done:
+            continue
+        for statement in MIGRATIONS[version](dimensions):
+            await conn.execute(text(statement))
+        await conn.execute(text("INSERT INTO hindsight_migrations (version) VALUES (:v)"), {"v": version})
+    await _check_dimensions(conn, dimensions)
+    await _install_text_search(conn, backend)
+
+
+async def _check_dimensions(conn: AsyncConnection, dimensions: int) -> None:
+    column = await conn.scalar(text(
+        "SELECT atttypmod FROM pg_attribute "
+        "WHERE attrelid = 'memory_units'::regclass AND attname = 'embedding'"
+    ))
+    if column is not None and column > 0 and column != dimensions:
+        raise ConfigError(
+            f"the database stores {column}-dimensional embeddings but the embedding model gives "
+            f"{dimensions}. Use the model the bank was built with (HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL) "
+            "or a fresh database."
+        )
+
+
+async def _install_text_search(conn: AsyncConnection, backend: TextSearchBackend) -> None:
+    current = await conn.scalar(text("SELECT value FROM hindsight_meta WHERE key = 'text_search_extension'"))
+    if current == backend.name:
+        return
+    if current is not None:
+        populated = await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM memory_units)"))
+        if populated:
+            raise ConfigError(
+                f"HINDSIGHT_API_TEXT_SEARCH_EXTENSION={backend.name!r}, but this database was built with "
+                f"{current!r} and already holds memories. Set it back to {current!r}, or switch on an "
+                "empty database (a new one, or after deleting every bank) so the search column is rebuilt."
+            )
+        await conn.execute(text("DROP INDEX IF EXISTS idx_memory_units_text_search"))
+        await conn.execute(text("ALTER TABLE memory_units DROP COLUMN IF EXISTS search_vector"))
+    for statement in backend.install_statements():
+        await conn.execute(text(statement))
+    await conn.execute(text(
+        f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {backend.column_type()}"
+    ))
+    for statement in backend.index_statements():
+        await conn.execute(text(statement))
+    await conn.execute(
+        text(
+            "INSERT INTO hindsight_meta (key, value) VALUES ('text_search_extension', :name) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        ),
+        {"name": backend.name},
+    )
+
+
+def sql_literal(value: str) -> str:
+    """Quote a string as a SQL literal for DDL, which cannot take bind parameters."""
+    if "\x00" in value:
+        raise ValueError("NUL bytes cannot be stored in PostgreSQL text")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def vector_index_statements(bank_id: str, internal_id: str) -> list[str]:
+    """One partial HNSW index per fact type of a bank (SPEC §6.1)."""
+    short = {"world": "worl", "experience": "expr", "observation": "obsv"}
+    suffix = internal_id.replace("-", "")[:16]
+    return [
+        f"CREATE INDEX IF NOT EXISTS idx_mu_emb_{short[ft]}_{suffix} ON memory_units "
+        f"USING hnsw (embedding vector_cosine_ops) "
+        f"WHERE fact_type = '{ft}' AND bank_id = {sql_literal(bank_id)}"
+        for ft in FACT_TYPES
+    ]
