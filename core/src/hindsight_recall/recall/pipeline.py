@@ -8,7 +8,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..protocols import RetrievalContext
 from ..store import banks
@@ -28,15 +28,13 @@ from .packing import pack
 from .request import RecallRequest
 from .response import build_response, empty_response, fetch_chunks
 from .scoring import apply_floors, combined, proof_score, recency
+from .services import RecallServices
 from .trace import Trace
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 log = logging.getLogger(__name__)
 
 
-async def run_recall(engine: Engine, req: RecallRequest, semaphore_wait: float = 0.0) -> dict[str, Any]:
+async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait: float = 0.0) -> dict[str, Any]:
     """Answer one validated recall request.
 
     :param engine: the open engine.
@@ -151,7 +149,7 @@ def _date_worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="hindsight-dates")
 
 
-def _cap_query(engine: Engine, req: RecallRequest) -> RecallRequest:
+def _cap_query(engine: RecallServices, req: RecallRequest) -> RecallRequest:
     allowed = engine.settings.recall_max_query_tokens
     if not allowed or engine.tokens.count(req.query) <= allowed:
         return req
@@ -162,7 +160,7 @@ def _cap_query(engine: Engine, req: RecallRequest) -> RecallRequest:
     return replace(req, query=query, tokens=query_tokens(query))
 
 
-async def _retrieve(engine: Engine, ctx: RetrievalContext) -> list[ArmResult]:
+async def _retrieve(engine: RecallServices, ctx: RetrievalContext) -> list[ArmResult]:
     arms = [arm for arm in engine.retrievers if arm.enabled(ctx)]
     timeout = ctx.settings.db_command_timeout or None
     gathered = await asyncio.wait_for(asyncio.gather(*(arm.retrieve(ctx) for arm in arms)), timeout)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import text
 
 from ..types import Candidate, Hit, MemoryRow, TimeWindow
 from .request import RecallRequest
+from .services import RecallServices
 from .trace import Trace
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 
 def _iso(value: Any) -> str | None:
@@ -38,7 +36,7 @@ def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mappi
 
 
 async def build_response(
-    engine: Engine, req: RecallRequest, packed: list[Candidate], chunks_json: dict[str, Any] | None, truncated: bool,
+    engine: RecallServices, req: RecallRequest, packed: list[Candidate], chunks_json: dict[str, Any] | None, truncated: bool,
     trace: Trace, *, limit: int, embedding: Sequence[float], window: TimeWindow | None,
     lists: Mapping[str, Sequence[Hit]], ranked: list[Candidate],
 ) -> dict[str, Any]:
@@ -86,7 +84,7 @@ async def _rows_by_id(conn: Any, bank_id: str, ids: list[uuid.UUID]) -> dict[uui
     return {m["id"]: row_from(m) for m in result.mappings()}
 
 
-def _source_facts(engine: Engine, req: RecallRequest, packed: list[Candidate],
+def _source_facts(engine: RecallServices, req: RecallRequest, packed: list[Candidate],
                   rows: Mapping[uuid.UUID, MemoryRow]) -> tuple[dict[str, Any], bool]:
     """Sources of packed observations in rank order, within the total and per-observation budgets (§10.5)."""
     budget, per_obs = req.include_source_facts or 0, req.source_facts_per_observation
@@ -121,7 +119,7 @@ def empty_response(req: RecallRequest, trace: Trace) -> dict[str, Any]:
     }
 
 
-async def _entities(conn: Any, engine: Engine, req: RecallRequest, packed: list[Candidate]) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
+async def _entities(conn: Any, engine: RecallServices, req: RecallRequest, packed: list[Candidate]) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
     # Observations inherit their sources' entities.
     owners: dict[uuid.UUID, list[uuid.UUID]] = {}
     for c in packed:
@@ -154,7 +152,7 @@ async def _entities(conn: Any, engine: Engine, req: RecallRequest, packed: list[
     return per_unit, out
 
 
-async def fetch_chunks(engine: Engine, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
+async def fetch_chunks(engine: RecallServices, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
     """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops (§10.3)."""
     order = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id))
     if not order:
