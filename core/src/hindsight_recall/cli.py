@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from . import cli_banks
 from .errors import RecallError
 from .types import FACT_TYPES, Budget, TagsMatch
 
@@ -46,11 +47,12 @@ def main(verbose: bool) -> None:
 
 @main.command()
 @click.option("--bank", default="demo", show_default=True, help="Bank to load the sample into.")
-def demo(bank: str) -> None:
+@click.option("--replace", is_flag=True, help="Delete the bank first if it exists.")
+def demo(bank: str, replace: bool) -> None:
     """Load a small sample bank and answer a few questions about it."""
     from .demo import run_demo
 
-    run(lambda: run_demo(open_engine(), bank, click.echo))
+    run(lambda: run_demo(open_engine(), bank, click.echo, replace=replace))
 
 
 @main.command()
@@ -151,6 +153,9 @@ def bank_config(bank_id: str, assignments: tuple[str, ...]) -> None:
     click.echo(json.dumps(run(go), indent=2))
 
 
+cli_banks.register(bank)
+
+
 @main.group()
 def bench() -> None:
     """Benchmarks."""
@@ -164,13 +169,14 @@ def bench() -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write {qid, ids} lines here.")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Write the metrics as JSON here.")
 @click.option("--per-arm", is_flag=True, help="Also score each arm's own ranking (from the trace).")
+@click.option("--replace", is_flag=True, help="Delete the split's banks first if they exist.")
 def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, out: Path | None, json_out: Path | None,
-                 per_arm: bool) -> None:
+                 per_arm: bool, replace: bool) -> None:
     """Retain a LoCoMo-style split into fresh banks, recall every question and score the ranking."""
     from .bench.locomo import run_locomo
 
     report = run(lambda: run_locomo(open_engine(), memories, queries, budget=budget, max_tokens=max_tokens,
-                                    out=out, echo=click.echo, per_arm=per_arm))
+                                    out=out, echo=click.echo, per_arm=per_arm, replace=replace))
     if json_out:
         json_out.write_text(json.dumps(report, indent=2))
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+from .errors import InvalidRequest
 from .retain.memories import parse_lines
 from .store import banks
 
@@ -26,10 +27,18 @@ def sample_questions() -> list[dict[str, Any]]:
     return list(json.loads(text))
 
 
-async def run_demo(engine: Any, bank_id: str, echo: Callable[[str], None], top: int = 5) -> None:
-    """Load the sample into a fresh bank and print the ranked answers to each question."""
+async def run_demo(
+    engine: Any, bank_id: str, echo: Callable[[str], None], top: int = 5, *, replace: bool = False
+) -> None:
+    """Load the sample into a fresh bank and print the ranked answers to each question.
+
+    An existing bank is an error unless ``replace`` is set; then it is deleted first.
+    """
     async with engine:
         async with engine.db.connect() as conn:
+            if not replace and await banks.bank_config(conn, bank_id) is not None:
+                raise InvalidRequest("bank", f"{bank_id!r} already exists; pass --replace to delete and reload "
+                                             "it, or choose another --bank", status=409)
             await banks.delete_bank(conn, bank_id)
         stats = await engine.retain(bank_id, sample_bank())
         echo(f"Loaded {stats.memories} memories into bank {bank_id!r} in {stats.seconds:.2f} s "

@@ -19,6 +19,7 @@ from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
+from .store import banks
 from .store.db import Database
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -140,3 +141,34 @@ class Engine:
                     log.warning("recall lost its connection (attempt %d): %s; retrying", attempt + 1, exc)
                     await asyncio.sleep(delay)
         raise ConfigError("unreachable")  # pragma: no cover
+
+    async def list_banks(self) -> list[dict[str, Any]]:
+        """Every bank as ``{bank_id, memories, created_at}``, by name."""
+        async with self.db.connect() as conn:
+            return await banks.list_banks(conn)
+
+    async def bank_stats(self, bank_id: str) -> dict[str, Any] | None:
+        """What a bank holds (memories by type, entities, chunks, documents, links, config); ``None`` if absent.
+
+        :param bank_id: the bank.
+        """
+        async with self.db.connect() as conn:
+            return await banks.bank_stats(conn, banks.validate_bank_id(bank_id))
+
+    async def delete_bank(self, bank_id: str) -> bool:
+        """Delete a bank with everything in it; other banks are untouched. False if it did not exist.
+
+        :param bank_id: the bank.
+        """
+        async with self.db.connect() as conn:
+            return await banks.delete_bank(conn, banks.validate_bank_id(bank_id))
+
+    async def forget(self, bank_id: str, ids: Iterable[str]) -> int:
+        """Remove memories by their ids with their links, entity pairs and unused chunks; return the count.
+
+        :param bank_id: the bank; an unknown bank removes nothing.
+        :param ids: the caller's memory ids; unknown ids are ignored.
+        """
+        wanted = [ids] if isinstance(ids, str) else list(ids)
+        async with self.db.connect() as conn:
+            return await banks.forget(conn, banks.validate_bank_id(bank_id), wanted)

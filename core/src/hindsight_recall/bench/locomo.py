@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidRequest
 from ..retain.memories import read_jsonl
 from ..store import banks
 
@@ -49,11 +50,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def run_locomo(
     engine: Any, memories: Path, queries: Path, *, budget: str = "mid", max_tokens: int = 4096,
-    out: Path | None = None, echo: Callable[[str], None] = print, per_arm: bool = False,
+    out: Path | None = None, echo: Callable[[str], None] = print, per_arm: bool = False, replace: bool = False,
 ) -> dict[str, Any]:
     """Retain every conversation into a fresh bank, recall each question, print and return the metrics.
 
     With ``per_arm``, each arm's own ranking (read from the trace) is scored too, in the same run.
+    Banks of the split that already exist are an error unless ``replace`` is set; then they are deleted.
     """
     batches: dict[str, list[Any]] = defaultdict(list)
     lines: dict[str, list[int]] = defaultdict(list)
@@ -67,7 +69,12 @@ async def run_locomo(
     skipped = 0
     async with engine:
         async with engine.db.connect() as conn:
-            for bank_id in batches:
+            existing = [b for b in batches if await banks.bank_config(conn, b) is not None]
+            if existing and not replace:
+                raise InvalidRequest("bank", f"{len(existing)} bank(s) of this split already exist "
+                                             f"({', '.join(map(repr, existing[:3]))}); pass --replace to delete "
+                                             "and reload them", status=409)
+            for bank_id in existing:
                 await banks.delete_bank(conn, bank_id)
         stats = await engine.retain_many(dict(batches), lines=dict(lines))
         echo(f"retained {stats.memories} memories into {stats.banks} banks in {stats.seconds:.1f} s "

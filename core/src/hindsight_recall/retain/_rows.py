@@ -17,14 +17,29 @@ from ..types import Memory
 _NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
 
 
+#: characters that make a joined name ambiguous; names holding one are length-prefixed instead
+_SEPARATORS = frozenset("\x1e\x1f")
+
+
+def id_name(kind: str, bank_id: str, key: str) -> str:
+    """The name hashed into a row id: unambiguous for every bank and key.
+
+    Names free of the separators keep the joined form ids always had, so stored rows keep their ids;
+    any other name is ``\\x1e`` plus a length-prefixed encoding, which no joined form starts with.
+    """
+    if _SEPARATORS.isdisjoint(bank_id) and _SEPARATORS.isdisjoint(key):
+        return f"{bank_id}\x1f{key}" if kind == "unit" else f"{bank_id}\x1f{kind}\x1f{key}"
+    return "\x1e" + "".join(f"{len(part)}:{part}" for part in (kind, bank_id, key))
+
+
 def unit_id(bank_id: str, memory_id: str) -> uuid.UUID:
     """The stable row id of a caller's memory id within a bank."""
-    return uuid.uuid5(_NAMESPACE, f"{bank_id}\x1f{memory_id}")
+    return uuid.uuid5(_NAMESPACE, id_name("unit", bank_id, memory_id))
 
 
 def entity_id(bank_id: str, name: str) -> uuid.UUID:
     """Entities are unique per bank, case-insensitively."""
-    return uuid.uuid5(_NAMESPACE, f"{bank_id}\x1fentity\x1f{name.casefold()}")
+    return uuid.uuid5(_NAMESPACE, id_name("entity", bank_id, name.casefold()))
 
 
 async def check_references(
@@ -86,7 +101,12 @@ async def write_entities(
 async def write_chunks(
     conn: AsyncConnection, bank_id: str, memories: Sequence[Memory]
 ) -> list[str | None]:
-    """Store each distinct source chunk once; return every memory's chunk id (``{bank}_{doc}_{index}``)."""
+    """Store each distinct source chunk once; return every memory's chunk id.
+
+    Ids are ``{bank}_{doc}_{index}`` (the index has no ``_``, so the id names one document of the bank)
+    or ``{bank}__{digest}`` for a chunk without a document, which no document id can produce. They
+    are unique within their bank; the table's key is (bank, id), so no bank can replace another's chunk.
+    """
     docs = sorted({m.document_id for m in memories if m.chunk and m.document_id})
     known: dict[tuple[str, str], str] = {}
     next_index: dict[str, int] = {}
@@ -106,12 +126,13 @@ async def write_chunks(
             out.append(None)
             continue
         digest = hashlib.md5(m.chunk.encode()).hexdigest()
-        doc_key = m.document_id or f"chunk-{digest[:16]}"
+        doc_key = m.document_id or f"\x00{digest}"  # documents cannot hold NUL: no clash
         chunk_id = known.get((doc_key, digest))
         if chunk_id is None:
             index = next_index.get(doc_key, 0) if m.document_id else 0
             next_index[doc_key] = index + 1
-            chunk_id = known[(doc_key, digest)] = f"{bank_id}_{doc_key}_{index}"
+            chunk_id = f"{bank_id}_{doc_key}_{index}" if m.document_id else f"{bank_id}__{digest}"
+            known[(doc_key, digest)] = chunk_id
             new[chunk_id] = (m.document_id, index, m.chunk)
         out.append(chunk_id)
     if new:
@@ -120,7 +141,7 @@ async def write_chunks(
                 "INSERT INTO chunks (chunk_id, document_id, bank_id, chunk_index, chunk_text) "
                 "SELECT c, d, :bank, i, t FROM unnest(CAST(:ids AS text[]), CAST(:docs AS text[]), "
                 "CAST(:idx AS int[]), CAST(:texts AS text[])) AS u(c, d, i, t) "
-                "ON CONFLICT (chunk_id) DO UPDATE SET chunk_text = excluded.chunk_text"
+                "ON CONFLICT (bank_id, chunk_id) DO UPDATE SET chunk_text = excluded.chunk_text"
             ),
             {"bank": bank_id, "ids": list(new), "docs": [v[0] for v in new.values()],
              "idx": [v[1] for v in new.values()], "texts": [v[2] for v in new.values()]},

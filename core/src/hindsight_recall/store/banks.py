@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -83,3 +84,77 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     for short in ("worl", "expr", "obsv"):
         await conn.execute(text(f"DROP INDEX IF EXISTS idx_mu_emb_{short}_{suffix}"))
     return True
+
+
+async def list_banks(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """Every bank with its memory count and creation time, by name."""
+    rows = await conn.execute(text(
+        "SELECT b.bank_id, b.created_at, (SELECT count(*) FROM memory_units u WHERE u.bank_id = b.bank_id) AS memories "
+        "FROM banks b ORDER BY b.bank_id"
+    ))
+    return [{"bank_id": r.bank_id, "memories": r.memories, "created_at": r.created_at.isoformat()} for r in rows]
+
+
+async def bank_stats(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | None:
+    """Counts of what a bank holds, or ``None`` when the bank does not exist."""
+    bank = (await conn.execute(text("SELECT created_at, config FROM banks WHERE bank_id = :bank"),
+                               {"bank": bank_id})).first()
+    if bank is None:
+        return None
+    params = {"bank": bank_id}
+    by_type = dict((await conn.execute(text(
+        "SELECT fact_type, count(*) FROM memory_units WHERE bank_id = :bank GROUP BY fact_type"
+    ), params)).tuples().all())
+    counts = (await conn.execute(text(
+        "SELECT (SELECT count(*) FROM entities WHERE bank_id = :bank) AS entities, "
+        "(SELECT count(*) FROM chunks WHERE bank_id = :bank) AS chunks, "
+        "(SELECT count(DISTINCT document_id) FROM memory_units WHERE bank_id = :bank) AS documents, "
+        "(SELECT count(*) FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
+        "WHERE u.bank_id = :bank) AS links"
+    ), params)).one()
+    return {
+        "bank_id": bank_id, "created_at": bank.created_at.isoformat(), "memories": sum(by_type.values()),
+        "by_type": by_type, "entities": counts.entities, "chunks": counts.chunks, "documents": counts.documents,
+        "links": counts.links, "config": dict(bank.config or {}),
+    }
+
+
+async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str]) -> int:
+    """Remove a bank's memories by caller id with their links, entity pairs and observation sources.
+
+    Chunks and entities no other memory of the bank uses go too; observations citing a removed
+    memory lose it from their sources. Returns how many memories were removed.
+    """
+    # the same bank-row lock as delete_bank: no retain in flight can link to a removed memory
+    found = await conn.scalar(text("SELECT 1 FROM banks WHERE bank_id = :bank FOR UPDATE"), {"bank": bank_id})
+    if found is None or not external_ids:
+        return 0
+    ids = list((await conn.execute(text(
+        "SELECT id FROM memory_units WHERE bank_id = :bank AND external_id = ANY(:ids)"
+    ), {"bank": bank_id, "ids": list(external_ids)})).scalars())
+    if not ids:
+        return 0
+    params = {"bank": bank_id, "ids": ids}
+    entity_ids = list((await conn.execute(text(
+        "SELECT DISTINCT entity_id FROM unit_entities WHERE unit_id = ANY(:ids)"), params)).scalars())
+    for statement in (  # links and observation sources carry no foreign keys; each column has its index
+        "DELETE FROM memory_links WHERE from_unit_id = ANY(:ids)",
+        "DELETE FROM memory_links WHERE to_unit_id = ANY(:ids)",
+        "DELETE FROM observation_sources WHERE observation_id = ANY(:ids)",
+        "DELETE FROM observation_sources WHERE source_id = ANY(:ids)",
+        "UPDATE memory_units SET source_memory_ids = nullif(ARRAY(SELECT s FROM unnest(source_memory_ids) AS s "
+        "WHERE s <> ALL(CAST(:ids AS uuid[]))), '{}'), updated_at = now() "
+        "WHERE bank_id = :bank AND source_memory_ids && CAST(:ids AS uuid[])",
+    ):
+        await conn.execute(text(statement), params)
+    chunk_ids = [c for c in (await conn.execute(text(
+        "DELETE FROM memory_units WHERE id = ANY(:ids) RETURNING chunk_id"), params)).scalars() if c]
+    await conn.execute(text(
+        "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.chunk_id = ANY(:chunks) "
+        "AND NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND u.chunk_id = c.chunk_id)"
+    ), {"bank": bank_id, "chunks": sorted(set(chunk_ids))})
+    await conn.execute(text(
+        "DELETE FROM entities e WHERE e.bank_id = :bank AND e.id = ANY(:eids) "
+        "AND NOT EXISTS (SELECT 1 FROM unit_entities ue WHERE ue.entity_id = e.id)"
+    ), {"bank": bank_id, "eids": entity_ids})
+    return len(ids)

@@ -41,7 +41,8 @@ class Database:
             self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir)
         else:
             self.url = s.database_url or ""
-        options = f"-c search_path={s.database_schema},public -c plan_cache_mode=force_custom_plan"
+        # quoted so a mixed-case schema is not folded to lower case (the setting admits identifiers only)
+        options = f'-c search_path="{s.database_schema}",public -c plan_cache_mode=force_custom_plan'
         if s.db_statement_timeout:
             options += f" -c statement_timeout={int(s.db_statement_timeout * 1000)}"
         self.engine = create_async_engine(
@@ -65,6 +66,29 @@ class Database:
                 f"cannot connect to PostgreSQL: {exc}. Check HINDSIGHT_API_DATABASE_URL "
                 "(unset it to use the embedded server)."
             ) from exc
+        if s.database_schema != "public":
+            try:
+                await self._create_schema(s.database_schema)
+            except Exception as exc:
+                await self.close()
+                raise DatabaseError(
+                    f"cannot create schema {s.database_schema!r}: {exc}. Create it yourself, or grant "
+                    "CREATE on the database, or unset HINDSIGHT_API_DATABASE_SCHEMA."
+                ) from exc
+
+    async def _create_schema(self, name: str) -> None:
+        """Create DATABASE_SCHEMA, and pgvector in ``public`` so every schema sees its type."""
+        from psycopg import sql  # late: only a non-default schema needs it
+
+        from ._bincopy import driver_connection
+
+        async with self.connect() as conn:
+            # the migration lock: concurrent first starts would race on the catalog's unique names
+            await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('hindsight_recall.migrate'))")
+            raw = await driver_connection(conn)
+            await raw.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
+            # an extension lives in one schema; in the tenant's it would be invisible to the others
+            await raw.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
 
     def _run_session_statements(self, dbapi_connection: Any, *_: Any) -> None:
         if not self.session_statements:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -136,8 +136,30 @@ def _v6(dimensions: int) -> list[str]:
     ]
 
 
+def _v7(dimensions: int) -> list[str]:
+    # Chunk ids are built from names and are unique only within their bank: the bank is part of the key,
+    # so one bank's chunk can never replace another's. The key's leading bank column serves the bank index.
+    return [
+        "ALTER TABLE chunks DROP CONSTRAINT IF EXISTS chunks_pkey",
+        "ALTER TABLE chunks ADD PRIMARY KEY (bank_id, chunk_id)",
+        "DROP INDEX IF EXISTS idx_chunks_bank",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension). Append; never edit a released one.
-MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
+MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7,
+}
+
+
+async def _reid(conn: AsyncConnection) -> None:
+    from ._reid import reid_ambiguous  # late: it needs the retain id functions
+
+    await reid_ambiguous(conn)
+
+
+#: version -> a data step run after that version's statements, in the same transaction.
+DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _reid}
 
 
 async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBackend) -> None:
@@ -161,6 +183,8 @@ async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBac
             continue
         for statement in MIGRATIONS[version](dimensions):
             await conn.execute(text(statement))
+        if version in DATA_MIGRATIONS:
+            await DATA_MIGRATIONS[version](conn)
         await conn.execute(text("INSERT INTO hindsight_migrations (version) VALUES (:v)"), {"v": version})
     await _check_dimensions(conn, dimensions)
     await _install_text_search(conn, backend)
