@@ -102,9 +102,9 @@ async def bank_stats(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | No
     if bank is None:
         return None
     params = {"bank": bank_id}
-    by_type = dict((await conn.execute(text(
-        "SELECT fact_type, count(*) FROM memory_units WHERE bank_id = :bank GROUP BY fact_type"
-    ), params)).tuples().all())
+    by_type = {r.fact_type: r.n for r in await conn.execute(text(
+        "SELECT fact_type, count(*) AS n FROM memory_units WHERE bank_id = :bank GROUP BY fact_type"
+    ), params)}
     counts = (await conn.execute(text(
         "SELECT (SELECT count(*) FROM entities WHERE bank_id = :bank) AS entities, "
         "(SELECT count(*) FROM chunks WHERE bank_id = :bank) AS chunks, "
