@@ -15,7 +15,7 @@ TORCH = "torch==2.13.0"
 CORE = ["-e", "core", "-e", "backends/native", "-e", "rerankers/local"]
 PLUGINS = [*(f"backends/{n}" for n in ("vchord", "pg_textsearch", "pgroonga", "pg_search")),
            *(f"rerankers/{n}" for n in ("tei", "cohere", "jina"))]
-TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6"]
+TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -28,7 +28,7 @@ def install(session: nox.Session, *extra: str) -> None:
 def demo(session: nox.Session) -> None:
     """Load the sample bank into the embedded server and answer the demo questions."""
     install(session)
-    session.run("hindsight-recall", "demo", env=OFFLINE)
+    session.run("hindsight-recall", "demo", "--replace", env=OFFLINE)
 
 
 #: One matrix entry per text-search extension (SPEC §6.2), in the order of docs/backends.md.
