@@ -97,7 +97,9 @@ def _old_entity_id(bank_id: str, name: str) -> uuid.UUID:
     return uuid.uuid5(uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11"), f"{bank_id}\x1fentity\x1f{name.casefold()}")
 
 
-async def test_migration_gives_rows_with_separators_their_new_ids(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_migration_gives_rows_with_separators_their_new_ids(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bank = fresh("mig\x1f")
     with monkeypatch.context() as patch:  # rows as the joined ids wrote them
         patch.setattr(ingest, "unit_id", _old_unit_id)

@@ -50,7 +50,8 @@ async def _reid_units(conn: AsyncConnection, mapping: list[tuple[Any, Any]]) -> 
         "FROM unit_entities ue JOIN reid_units m ON ue.unit_id = m.old",
         "DELETE FROM unit_entities ue USING reid_units m WHERE ue.unit_id = m.old",
         "UPDATE memory_units u SET id = m.new FROM reid_units m WHERE u.id = m.old",
-        "INSERT INTO unit_entities (unit_id, entity_id, fact_type) SELECT unit_id, entity_id, fact_type FROM reid_pairs",
+        "INSERT INTO unit_entities (unit_id, entity_id, fact_type) "
+        "SELECT unit_id, entity_id, fact_type FROM reid_pairs",
         "UPDATE memory_links l SET from_unit_id = m.new FROM reid_units m WHERE l.from_unit_id = m.old",
         "UPDATE memory_links l SET to_unit_id = m.new FROM reid_units m WHERE l.to_unit_id = m.old",
         "UPDATE observation_sources o SET source_id = m.new FROM reid_units m WHERE o.source_id = m.old",
