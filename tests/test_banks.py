@@ -16,7 +16,7 @@ from hindsight_recall.errors import InvalidRequest
 from hindsight_recall.retain import _rows, ingest
 from hindsight_recall.retain._rows import entity_id, unit_id
 from hindsight_recall.settings import Settings
-from hindsight_recall.store import banks
+from hindsight_recall.store import banks, schema
 from hindsight_recall.store._reid import reid_ambiguous
 from sqlalchemy import text
 
@@ -129,6 +129,35 @@ async def test_migration_gives_rows_with_separators_their_new_ids(
     assert "Erin bakes sourdough on Sundays." in [r["text"] for r in body["results"]]
     assert len(await rows(engine, "SELECT 1 FROM entities WHERE bank_id = :b", b=bank)) == 1
     await engine.delete_bank(bank)
+
+
+async def test_migration_7_upgrades_a_version_6_store(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(database_schema=f"legacy_{uuid.uuid4().hex[:8]}")
+    bank = "old\x1fbank"
+    with monkeypatch.context() as patch:  # a store as version 6 left it, with its joined ids
+        patch.setattr(schema, "MIGRATIONS", {v: f for v, f in schema.MIGRATIONS.items() if v < 7})
+        patch.setattr(ingest, "unit_id", _old_unit_id)
+        patch.setattr(_rows, "entity_id", _old_entity_id)
+        async with Engine(settings) as old:
+            await old.retain(bank, [{"id": "k", "text": "Kim grows tomatoes.", "entities": ["Kim"]}])
+            async with old.db.connect() as conn:  # the chunk as version 6 wrote it (keyed by id alone)
+                await conn.execute(text(
+                    "INSERT INTO chunks VALUES ('old_garden_0', 'garden', :b, 0, 'Kim''s garden notes.') "
+                    "ON CONFLICT (chunk_id) DO NOTHING"), {"b": bank})
+                await conn.execute(text("UPDATE memory_units SET chunk_id = 'old_garden_0'"))
+    async with Engine(settings) as new:
+        keys = await rows(new, "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                               "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = 'chunks'::regclass "
+                               "AND i.indisprimary")
+        assert set(keys) == {("chunk_id",), ("bank_id",)}
+        assert await rows(new, "SELECT id FROM memory_units") == [(unit_id(bank, "k"),)]
+        assert await rows(new, "SELECT entity_id FROM unit_entities") == [(entity_id(bank, "Kim"),)]
+        body = await new.recall(bank, "tomatoes", include_chunks=100, include_entities=100)
+        assert body["results"][0]["entities"] == ["Kim"]
+        assert [c["text"] for c in body["chunks"].values()] == ["Kim's garden notes."]
+        assert await new.delete_bank(bank)
 
 
 async def test_forget_removes_memories_with_their_links_pairs_and_chunks(engine: Engine, bank: str) -> None:
