@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from hindsight_recall import Engine, cli, cli_banks
-from hindsight_recall.errors import InvalidRequest
+from hindsight_recall.errors import DatabaseError, InvalidRequest
 from hindsight_recall.retain import _rows, ingest
 from hindsight_recall.retain._rows import entity_id, unit_id
 from hindsight_recall.settings import Settings
@@ -209,6 +209,15 @@ async def test_each_schema_is_its_own_store(make_settings: Callable[..., Setting
         tables = await rows(one, "SELECT schemaname FROM pg_tables WHERE tablename = 'memory_units' ORDER BY 1")
         assert {("tenant_one",), ("Tenant_Two",)} <= set(tables)
         assert await one.delete_bank("shared-name")
+
+
+async def test_a_schema_that_cannot_be_created_is_one_clear_error(make_settings: Callable[..., Settings]) -> None:
+    # "pg_" names are reserved for the system: creating one fails for every role
+    with pytest.raises(DatabaseError, match=r"cannot create schema 'pg_tenant': .*HINDSIGHT_API_DATABASE_SCHEMA"):
+        await Engine(make_settings(database_schema="pg_tenant")).open()
+    with pytest.raises(DatabaseError) as err:
+        await Engine(make_settings(database_schema="pg_tenant")).open()
+    assert "\n" not in str(err.value)
 
 
 # --- the command line, in process against the test server -------------------------------------------------

@@ -71,8 +71,9 @@ class Database:
                 await self._create_schema(s.database_schema)
             except Exception as exc:
                 await self.close()
+                why = "; ".join(line.strip().rstrip(".") for line in str(exc).splitlines() if line.strip())
                 raise DatabaseError(
-                    f"cannot create schema {s.database_schema!r}: {exc}. Create it yourself, or grant "
+                    f"cannot create schema {s.database_schema!r}: {why}. Create it yourself, or grant "
                     "CREATE on the database, or unset HINDSIGHT_API_DATABASE_SCHEMA."
                 ) from exc
 
@@ -86,9 +87,12 @@ class Database:
             # the migration lock: concurrent first starts would race on the catalog's unique names
             await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('hindsight_recall.migrate'))")
             raw = await driver_connection(conn)
-            await raw.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
-            # an extension lives in one schema; in the tenant's it would be invisible to the others
-            await raw.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+            # checked first: CREATE ... IF NOT EXISTS needs the privilege even when nothing is created
+            if not await (await raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,))).fetchone():
+                await raw.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+            if not await (await raw.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).fetchone():
+                # an extension lives in one schema; in the tenant's it would be invisible to the others
+                await raw.execute("CREATE EXTENSION vector SCHEMA public")
 
     def _run_session_statements(self, dbapi_connection: Any, *_: Any) -> None:
         if not self.session_statements:
