@@ -9,6 +9,7 @@ byte-identical.
 from __future__ import annotations
 
 import itertools
+import uuid
 from typing import Any
 
 import pytest
@@ -72,7 +73,7 @@ def memories(i: int, memory_id: str, document: str, entity: str) -> list[dict[st
 @example(drawn=[("a\x1fb", "c", "d", "E"), ("a", "b\x1fc", "d", "e")])
 @example(drawn=[("a\x1fentity\x1fb", "m", "d", "c"), ("a", "n", "d", "b\x1fentity\x1fc")])
 async def test_no_bank_sees_or_touches_another(engine: Engine, drawn: list[tuple[str, str, str, str]]) -> None:
-    prefix = f"iso{next(_examples)}-"
+    prefix = f"iso{next(_examples)}-{uuid.uuid4().hex[:6]}-"  # fresh even on a reused database
     banks = [prefix + b for b, *_ in drawn]
     for i, (bank, (_, memory_id, document, entity)) in enumerate(zip(banks, drawn, strict=True)):
         await engine.retain(bank, memories(i, memory_id, document, entity))
