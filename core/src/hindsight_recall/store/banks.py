@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import InvalidRequest
+from ..limits import unicode_problem
 from ..settings import BankSettings
 
 MAX_BANK_ID = 256
@@ -21,6 +22,8 @@ def validate_bank_id(bank_id: Any) -> str:
         raise InvalidRequest("bank_id", "must be a non-empty string")
     if "\x00" in bank_id or len(bank_id) > MAX_BANK_ID:
         raise InvalidRequest("bank_id", f"must not contain NUL bytes or exceed {MAX_BANK_ID} characters")
+    if unicode_problem(bank_id):
+        raise InvalidRequest("bank_id", f"{unicode_problem(bank_id)}")
     return bank_id
 
 
