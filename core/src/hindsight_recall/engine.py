@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
-from .errors import ConfigError, RecallTimeout
+from .errors import ConfigError, DatabaseError, RecallTimeout
 from .plugins import PluginManager, get_plugin_manager
 from .protocols import BudgetFunction, EmbeddingProvider, Retriever, TextSearchBackend
 from .recall.pipeline import run_recall, warm_date_parser
@@ -18,8 +18,8 @@ from .recall.request import build_request
 from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
-from .settings import Settings, load_settings
-from .store.db import Database
+from .settings import Settings, load_settings, redact
+from .store.db import Database, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
 from .types import Memory
@@ -67,6 +67,9 @@ class Engine:
         try:
             async with self.db.connect() as conn:
                 await migrate(conn, dimensions, self.text_search)
+        except DBAPIError as exc:
+            await self.db.close()
+            raise DatabaseError(_schema_failure(exc, self.settings.text_search_extension)) from None
         except Exception:
             await self.db.close()
             raise
@@ -135,8 +138,32 @@ class Engine:
                 except DBAPIError as exc:
                     if getattr(exc.orig, "sqlstate", None) == "57014":
                         raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
-                    if delay is None or not isinstance(exc, OperationalError | InterfaceError):
+                    if delay is None or not is_retryable(exc):
                         raise
-                    log.warning("recall lost its connection (attempt %d): %s; retrying", attempt + 1, exc)
+                    log.warning("recall failed (attempt %d): %s; retrying",
+                                attempt + 1, redact(str(exc.orig).strip().splitlines()[0] if str(exc.orig) else repr(exc)))
                     await asyncio.sleep(delay)
+                    await self._recover(exc)
         raise ConfigError("unreachable")  # pragma: no cover
+
+    async def _recover(self, exc: DBAPIError) -> None:
+        """After a lost connection, reconnect (restarting an embedded server that died)."""
+        if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01"):
+            return  # the connection is fine; only the transaction lost
+        try:
+            if await self.db.recover():
+                log.warning("restarted the embedded PostgreSQL server after it stopped")
+        except DatabaseError as failure:
+            log.warning("could not restart the embedded PostgreSQL server: %s", failure)
+
+
+def _schema_failure(exc: DBAPIError, text_search: str) -> str:
+    """A one-line reason the schema could not be prepared, naming the missing extension if that is it."""
+    first = redact(str(exc.orig).strip().splitlines()[0]) if str(exc.orig).strip() else type(exc.orig).__name__
+    if "extension" in first.lower() and ("not available" in first.lower() or "could not open" in first.lower()):
+        if '"vector"' in first:
+            return (f"the PostgreSQL server has no pgvector: {first}. Install pgvector on that server, or unset "
+                    "HINDSIGHT_API_DATABASE_URL to use the embedded server (which bundles it).")
+        return (f"the PostgreSQL server lacks an extension that HINDSIGHT_API_TEXT_SEARCH_EXTENSION={text_search!r} "
+                f"needs: {first}. Install it on the server, or choose another text-search backend (e.g. native).")
+    return f"could not prepare the database schema: {first}"

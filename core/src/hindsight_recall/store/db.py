@@ -10,16 +10,46 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ..errors import DatabaseError
-from ..settings import Settings
+from ..errors import DatabaseError, PoolExhausted
+from ..settings import Settings, redact
 from . import embedded
+
+#: SQLSTATEs after which the same statement may succeed on a fresh connection or a new try:
+#: connection exceptions (class 08), the server shutting down or crashing (57P01-57P03), and
+#: serialization failures and deadlocks (40001, 40P01).
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for a lost connection or a serialization failure/deadlock; every other error is final."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    state = getattr(exc.orig, "sqlstate", None)
+    if state is not None:
+        return state.startswith("08") or state in RETRYABLE_SQLSTATES
+    # No SQLSTATE: the client noticed the loss itself (closed socket, server gone, broken pipe).
+    if exc.connection_invalidated:
+        return True
+    closed = getattr(getattr(exc.orig, "pgconn", None), "status", None)
+    return isinstance(exc, OperationalError | InterfaceError) and (
+        closed is not None or "closed" in str(exc.orig).lower() or "terminat" in str(exc.orig).lower()
+        or "connection" in str(exc.orig).lower()
+    )
 
 
 def sqlalchemy_url(url: str) -> str:
     """Accept libpq-style URLs and pick the psycopg 3 driver."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(
+            f"HINDSIGHT_API_DATABASE_URL={redact(url)!r} is not a valid URL; expected "
+            "postgresql://user:password@host:port/database"
+        ) from None
     if parsed.get_backend_name() != "postgresql":
         raise DatabaseError(f"HINDSIGHT_API_DATABASE_URL must be a postgresql:// URL, got {parsed.drivername!r}")
     return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
@@ -38,10 +68,12 @@ class Database:
     async def open(self) -> None:
         s = self.settings
         if self.embedded:
-            self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir)
+            self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir, s.server_settings())
         else:
             self.url = s.database_url or ""
-        options = f"-c search_path={s.database_schema},public -c plan_cache_mode=force_custom_plan"
+        # JIT compiles for plans the planner thinks expensive; for recall's short statements
+        # compiling costs more than it saves.
+        options = f"-c search_path={s.database_schema},public -c plan_cache_mode=force_custom_plan -c jit=off"
         if s.db_statement_timeout:
             options += f" -c statement_timeout={int(s.db_statement_timeout * 1000)}"
         self.engine = create_async_engine(
@@ -61,10 +93,11 @@ class Database:
                 await conn.exec_driver_sql("SELECT 1")
         except Exception as exc:
             await self.close()
+            reason = redact(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc) else repr(exc))
             raise DatabaseError(
-                f"cannot connect to PostgreSQL: {exc}. Check HINDSIGHT_API_DATABASE_URL "
+                f"cannot connect to PostgreSQL: {reason}. Check HINDSIGHT_API_DATABASE_URL "
                 "(unset it to use the embedded server)."
-            ) from exc
+            ) from None
 
     def _run_session_statements(self, dbapi_connection: Any, *_: Any) -> None:
         if not self.session_statements:
@@ -82,8 +115,34 @@ class Database:
         """A pooled connection inside a transaction that commits on success."""
         if self.engine is None:
             raise DatabaseError("the database is not open; use 'async with Engine()' first")
-        async with self.engine.begin() as conn:
-            yield conn
+        conn = self.engine.connect()
+        try:
+            await conn.start()
+        except PoolTimeout:
+            s = self.settings
+            raise PoolExhausted(
+                f"no database connection came free within {s.db_acquire_timeout:g} s: all "
+                f"{s.db_pool_max_size} are in use (raise HINDSIGHT_API_DB_POOL_MAX_SIZE or "
+                "HINDSIGHT_API_DB_ACQUIRE_TIMEOUT, or lower HINDSIGHT_API_RECALL_MAX_CONCURRENT)"
+            ) from None
+        try:
+            async with conn.begin():
+                yield conn
+        finally:
+            await asyncio.shield(conn.close())
+
+    async def recover(self) -> bool:
+        """After a lost connection: drop the pooled connections and restart the embedded server if it
+        died (only a server this engine started). True when the server was restarted."""
+        if self.engine is None:
+            return False
+        restarted = False
+        if self.embedded and self.url:
+            restarted = await asyncio.to_thread(
+                embedded.ensure_running, self.settings.embedded_data_dir, self.settings.server_settings()
+            )
+        await self.engine.dispose()  # every pooled connection shares the fate of the one that broke
+        return restarted
 
     async def vacuum_analyze(self, tables: Sequence[str]) -> None:
         """``VACUUM (ANALYZE)`` the tables; it cannot run inside a transaction, so autocommit."""
