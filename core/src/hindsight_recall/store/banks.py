@@ -6,6 +6,7 @@ import json
 import uuid
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -59,7 +60,12 @@ async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str,
     merged = {**current, **{k: v for k, v in values.items() if v is not None}}
     for key in (k for k, v in values.items() if v is None):
         merged.pop(key, None)
-    checked = BankSettings(**merged)
+    try:
+        checked = BankSettings(**merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"]) or "config"
+        raise InvalidRequest(name, f"{err['msg']} (got {err.get('input')!r})") from None
     stored = {k: getattr(checked, k) for k in merged}
     await conn.execute(text("UPDATE banks SET config = CAST(:config AS jsonb) WHERE bank_id = :bank"),
                        {"config": json.dumps(stored), "bank": bank_id})
