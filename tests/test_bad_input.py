@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from hindsight_recall import Engine
 from hindsight_recall.cli import main
 from hindsight_recall.errors import BankNotFound, DatabaseError, InvalidRequest, PoolExhausted, RetainError
@@ -88,7 +88,8 @@ async def test_bank_config_bad_value_is_invalid_request(engine: Engine, bank: st
 
 
 async def test_pool_exhaustion_is_a_clear_error(make_settings: object) -> None:
-    settings: Settings = make_settings(db_pool_min_size=1, db_pool_max_size=1, db_acquire_timeout=0.5)  # type: ignore[operator]
+    make = make_settings  # type: Any
+    settings: Settings = make(db_pool_min_size=1, db_pool_max_size=1, db_acquire_timeout=0.5)
     async with Engine(settings) as eng, eng.db.connect():
         with pytest.raises(PoolExhausted, match="no database connection came free within 0.5 s"):
             async with eng.db.connect():
@@ -161,7 +162,8 @@ def test_cli_malformed_url_and_missing_server(data_dir: Path) -> None:
     one_line_error(result, "HINDSIGHT_API_DATABASE_URL")
     assert "sw0rdfish" not in result.stderr + result.stdout
     result = cli("recall", "x", "--bank", "b", data_dir=data_dir,
-                 HINDSIGHT_API_DATABASE_URL="postgresql://me:sw0rdfish@127.0.0.1:1/db", HINDSIGHT_API_DB_ACQUIRE_TIMEOUT="2")
+                 HINDSIGHT_API_DATABASE_URL="postgresql://me:sw0rdfish@127.0.0.1:1/db",
+                 HINDSIGHT_API_DB_ACQUIRE_TIMEOUT="2")
     one_line_error(result, "cannot connect to PostgreSQL")
     assert "sw0rdfish" not in result.stderr + result.stdout
 

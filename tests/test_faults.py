@@ -14,13 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
-
-from hindsight_recall import Engine, engine as engine_module
+from hindsight_recall import Engine
+from hindsight_recall import engine as engine_module
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import embedded
 from hindsight_recall.store.db import is_retryable
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 pytestmark = pytest.mark.slow
 

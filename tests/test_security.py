@@ -15,12 +15,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy.engine import make_url
-
 from hindsight_recall import Engine
 from hindsight_recall.errors import ConfigError, DatabaseError
 from hindsight_recall.settings import Settings, load_settings, redact
 from hindsight_recall.store import embedded
+from sqlalchemy.engine import make_url
 
 SECRET = "Zq9-never-print-me"
 

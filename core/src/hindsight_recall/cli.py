@@ -43,8 +43,9 @@ def describe_error(exc: BaseException) -> str | None:
     elif isinstance(exc, PoolTimeout):
         message = "no database connection came free in time (HINDSIGHT_API_DB_POOL_MAX_SIZE, DB_ACQUIRE_TIMEOUT)"
     elif isinstance(exc, DBAPIError):
-        orig = str(exc.orig).strip()
-        message = f"database error: {orig.splitlines()[0] if orig else type(exc.orig).__name__}"
+        from .store.db import db_message
+
+        message = f"database error: {db_message(exc)}"
     elif isinstance(exc, OSError) and exc.strerror:
         message = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
     else:

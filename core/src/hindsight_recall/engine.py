@@ -18,8 +18,8 @@ from .recall.request import build_request
 from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
-from .settings import Settings, load_settings, redact
-from .store.db import Database, is_retryable
+from .settings import Settings, load_settings
+from .store.db import Database, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
 from .types import Memory
@@ -120,7 +120,7 @@ class Engine:
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens`` (SPEC §11 body).
 
-        :param bank_id: the bank; an unknown bank gives an empty result.
+        :param bank_id: the bank; an unknown bank raises :class:`~hindsight_recall.errors.BankNotFound`.
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
@@ -140,8 +140,7 @@ class Engine:
                         raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
                     if delay is None or not is_retryable(exc):
                         raise
-                    log.warning("recall failed (attempt %d): %s; retrying",
-                                attempt + 1, redact(str(exc.orig).strip().splitlines()[0] if str(exc.orig) else repr(exc)))
+                    log.warning("recall failed (attempt %d): %s; retrying", attempt + 1, db_message(exc))
                     await asyncio.sleep(delay)
                     await self._recover(exc)
         raise ConfigError("unreachable")  # pragma: no cover
@@ -159,7 +158,7 @@ class Engine:
 
 def _schema_failure(exc: DBAPIError, text_search: str) -> str:
     """A one-line reason the schema could not be prepared, naming the missing extension if that is it."""
-    first = redact(str(exc.orig).strip().splitlines()[0]) if str(exc.orig).strip() else type(exc.orig).__name__
+    first = db_message(exc)
     if "extension" in first.lower() and ("not available" in first.lower() or "could not open" in first.lower()):
         if '"vector"' in first:
             return (f"the PostgreSQL server has no pgvector: {first}. Install pgvector on that server, or unset "

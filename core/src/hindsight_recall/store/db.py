@@ -41,6 +41,13 @@ def is_retryable(exc: BaseException) -> bool:
     )
 
 
+def db_message(exc: BaseException) -> str:
+    """The first line of the driver's message (not SQLAlchemy's SQL echo), credentials redacted."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return redact(text.splitlines()[0]) if text else type(orig).__name__
+
+
 def sqlalchemy_url(url: str) -> str:
     """Accept libpq-style URLs and pick the psycopg 3 driver."""
     try:
@@ -93,9 +100,8 @@ class Database:
                 await conn.exec_driver_sql("SELECT 1")
         except Exception as exc:
             await self.close()
-            reason = redact(str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc) else repr(exc))
             raise DatabaseError(
-                f"cannot connect to PostgreSQL: {reason}. Check HINDSIGHT_API_DATABASE_URL "
+                f"cannot connect to PostgreSQL: {db_message(exc)}. Check HINDSIGHT_API_DATABASE_URL "
                 "(unset it to use the embedded server)."
             ) from None
 

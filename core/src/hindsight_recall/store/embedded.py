@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -36,6 +35,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from ..errors import DatabaseError
@@ -142,7 +142,7 @@ def status(data_dir: Path | None) -> Status | None:
         return None
     with _file_lock(path) as users:
         found = _postmaster(path)
-        return None if found is None else Status(path, found[0], found[1], PORT, tuple(u[0] for u in users))
+        return None if found is None else Status(path, found[0], found[1], PORT, tuple(int(u[0]) for u in users))
 
 
 def stop_server(data_dir: Path | None) -> bool:
@@ -214,7 +214,7 @@ class _Account:
 
 
 def _me() -> list[float]:
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     return [os.getpid(), psutil.Process().create_time()]
 
@@ -257,7 +257,9 @@ def _client_name() -> str:
 @contextlib.contextmanager
 def _file_lock(path: Path) -> Iterator[list[list[float]]]:
     """Lock the data dir across processes; yield its live users ([pid, start time]), saved on exit."""
-    import psutil
+    import fcntl  # late: POSIX only, and only the embedded server needs it
+
+    import psutil  # type: ignore[import-untyped]
 
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.parent / f".{path.name}.hindsight-recall.lock"
@@ -278,17 +280,17 @@ def _file_lock(path: Path) -> Iterator[list[list[float]]]:
         os.close(fd)  # releases the lock
 
 
-def _alive(psutil: object, pid: int, created: float) -> bool:
+def _alive(psutil: Any, pid: int, created: float) -> bool:
     try:
-        proc = psutil.Process(pid)  # type: ignore[attr-defined]
-        return abs(proc.create_time() - created) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE  # type: ignore[attr-defined]
+        proc = psutil.Process(pid)
+        return bool(abs(proc.create_time() - created) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE)
     except Exception:  # NoSuchProcess, AccessDenied
         return False
 
 
 def _postmaster(path: Path) -> tuple[int, Path] | None:
     """(pid, socket dir) of the live postmaster of ``path``, from ``postmaster.pid``; None if none runs."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     try:
         lines = (path / "postmaster.pid").read_text().splitlines()
@@ -428,6 +430,8 @@ def _traversable(path: Path, account: _Account | None) -> Iterator[None]:
     if account is None:
         yield
         return
+    import fcntl
+
     changed: list[tuple[Path, int]] = []
     # One window at a time machine-wide: two starts sharing a parent must not restore each other's
     # temporary mode while the other still needs it.
@@ -463,7 +467,7 @@ def _start_postmaster(path: Path, account: _Account | None) -> None:
 
 def _stop_postmaster(path: Path) -> bool:
     """Fast shutdown (SIGINT), escalating to immediate (SIGQUIT) and SIGKILL; True if one ran."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     found = _postmaster(path)
     if found is None:
