@@ -31,14 +31,8 @@ def is_retryable(exc: BaseException) -> bool:
     state = getattr(exc.orig, "sqlstate", None)
     if state is not None:
         return state.startswith("08") or state in RETRYABLE_SQLSTATES
-    # No SQLSTATE: the client noticed the loss itself (closed socket, server gone, broken pipe).
-    if exc.connection_invalidated:
-        return True
-    closed = getattr(getattr(exc.orig, "pgconn", None), "status", None)
-    return isinstance(exc, OperationalError | InterfaceError) and (
-        closed is not None or "closed" in str(exc.orig).lower() or "terminat" in str(exc.orig).lower()
-        or "connection" in str(exc.orig).lower()
-    )
+    # No SQLSTATE: the driver itself found the connection gone (closed socket, server exited).
+    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
 
 
 def db_message(exc: BaseException) -> str:
