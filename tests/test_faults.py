@@ -40,6 +40,15 @@ async def test_engine_restarts_a_killed_embedded_server(make_settings: Callable[
     assert embedded.status(data_dir) is None  # the engine stopped the server it restarted
 
 
+async def test_retain_after_a_crash_restarts_the_server(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    data_dir = tmp_path / "crash-retain" / "data"
+    async with Engine(make_settings(embedded_data_dir=data_dir, database_url=None)) as eng:
+        await eng.retain("b", [{"id": "a", "text": "Alice works at Helios Robotics in Munich."}])
+        os.kill(embedded.status(data_dir).pid, signal.SIGKILL)  # type: ignore[union-attr]
+        await eng.retain("b", [{"id": "b", "text": "Bob cooks pasta."}])
+        assert {r["id"] for r in (await eng.recall("b", "Alice Bob"))["results"]} == {"a", "b"}
+
+
 async def _real_error(eng: Engine, sql: str) -> DBAPIError:
     try:
         async with eng.db.connect() as conn:

@@ -115,7 +115,17 @@ class Engine:
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
             needs its vectors, and the embedding model is not run.
         """
-        return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
+        for attempt, delay in enumerate((*RETRY_DELAYS, None)):
+            try:
+                return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
+            except DBAPIError as exc:
+                # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
+                if delay is None or not is_retryable(exc):
+                    raise
+                log.warning("retain failed (attempt %d): %s; retrying", attempt + 1, db_message(exc))
+                await asyncio.sleep(delay)
+                await self._recover(exc)
+        raise ConfigError("unreachable")  # pragma: no cover
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens`` (SPEC §11 body).
