@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import psycopg
 from sqlalchemy.exc import DBAPIError
 
 from .errors import ConfigError, DatabaseError, RecallTimeout
@@ -118,7 +119,7 @@ class Engine:
         for attempt, delay in enumerate((*RETRY_DELAYS, None)):
             try:
                 return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
-            except DBAPIError as exc:
+            except (DBAPIError, psycopg.Error) as exc:
                 # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
                 if delay is None or not is_retryable(exc):
                     raise
@@ -145,8 +146,8 @@ class Engine:
                     return await run_recall(self, request, waited)
                 except (asyncio.TimeoutError, TimeoutError) as exc:
                     raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_COMMAND_TIMEOUT)") from exc
-                except DBAPIError as exc:
-                    if getattr(exc.orig, "sqlstate", None) == "57014":
+                except (DBAPIError, psycopg.Error) as exc:
+                    if getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014":
                         raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
                     if delay is None or not is_retryable(exc):
                         raise
@@ -155,9 +156,9 @@ class Engine:
                     await self._recover(exc)
         raise ConfigError("unreachable")  # pragma: no cover
 
-    async def _recover(self, exc: DBAPIError) -> None:
+    async def _recover(self, exc: Exception) -> None:
         """After a lost connection, reconnect (restarting an embedded server that died)."""
-        if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01"):
+        if getattr(getattr(exc, "orig", exc), "sqlstate", None) in ("40001", "40P01"):
             return  # the connection is fine; only the transaction lost
         try:
             if await self.db.recover():

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -25,14 +25,23 @@ RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """True for a lost connection or a serialization failure/deadlock; every other error is final."""
-    if not isinstance(exc, DBAPIError):
+    """True for a lost connection or a serialization failure/deadlock; every other error is final.
+
+    Takes SQLAlchemy's wrapped errors and the driver's own (COPY runs on the raw connection).
+    """
+    import psycopg
+
+    if isinstance(exc, DBAPIError):
+        orig, invalidated = exc.orig, exc.connection_invalidated
+    elif isinstance(exc, psycopg.Error):
+        orig, invalidated = exc, False
+    else:
         return False
-    state = getattr(exc.orig, "sqlstate", None)
+    state = getattr(orig, "sqlstate", None)
     if state is not None:
         return state.startswith("08") or state in RETRYABLE_SQLSTATES
     # No SQLSTATE: the driver itself found the connection gone (closed socket, server exited).
-    return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+    return invalidated or isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
 
 
 def db_message(exc: BaseException) -> str:
