@@ -24,7 +24,7 @@ DEFAULTS = {
     "tokenizer_encoding": "cl100k_base", "embeddings_provider": "local", "embeddings_local_model": None,
     "embeddings_query_prefix": "", "embeddings_passage_prefix": "", "embeddings_batch_size": 64,
     "reranker_provider": "local", "reranker_send_bank_as_header": False, "reranker_on_error": "fallback",
-    "model_init_timeout": 300, "embedded_data_dir": None,
+    "model_init_timeout": 300, "embedded_data_dir": None, "embedded_server_settings": "",
     "recall_budget_function": "fixed", "recall_budget_fixed_low": 100, "recall_budget_fixed_mid": 300,
     "recall_budget_fixed_high": 1000, "recall_budget_adaptive_low": 0.025, "recall_budget_adaptive_mid": 0.075,
     "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,

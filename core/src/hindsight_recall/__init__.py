@@ -9,10 +9,13 @@ from typing import Any
 from .engine import Engine
 from .errors import (
     BackendNotFound,
+    BankNotFound,
     ConfigError,
+    DatabaseError,
     InvalidRequest,
     MissingSetting,
     PluginLoadError,
+    PoolExhausted,
     RecallError,
     RerankerError,
     RerankerHTTPError,
@@ -25,8 +28,8 @@ from .settings import Settings, load_settings
 from .types import Budget, FactType, Memory, TagsMatch, TimeWindow
 
 __all__ = [
-    "BackendNotFound", "Budget", "ConfigError", "Engine", "FactType", "InvalidRequest", "Memory",
-    "MissingSetting", "PluginLoadError", "RecallError", "RerankerError", "RerankerHTTPError", "RetainError",
+    "BackendNotFound", "BankNotFound", "Budget", "ConfigError", "DatabaseError", "Engine", "FactType",
+    "InvalidRequest", "Memory", "MissingSetting", "PluginLoadError", "PoolExhausted", "RecallError", "RerankerError", "RerankerHTTPError", "RetainError",
     "RetainStats", "Settings", "TagsMatch", "TimeWindow", "get_plugin_manager", "hookimpl", "load_settings",
     "recall", "retain",
 ]

@@ -27,13 +27,57 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
         raise click.ClickException(str(exc)) from None
 
 
+def describe_error(exc: BaseException) -> str | None:
+    """The one-line message for an error a user can fix, or ``None`` for a defect (keep its traceback)."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from .settings import describe_validation_error, redact
+
+    if isinstance(exc, RecallError):
+        message = str(exc)
+    elif isinstance(exc, ValidationError):
+        message = describe_validation_error(exc)
+    elif isinstance(exc, UnicodeError):
+        message = f"not valid Unicode/UTF-8 text: {exc}"
+    elif isinstance(exc, PoolTimeout):
+        message = "no database connection came free in time (HINDSIGHT_API_DB_POOL_MAX_SIZE, DB_ACQUIRE_TIMEOUT)"
+    elif isinstance(exc, DBAPIError):
+        from .store.db import db_message
+
+        message = f"database error: {db_message(exc)}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        message = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+    else:
+        return None
+    return redact(message)
+
+
+class _Main(click.Group):
+    """The command group: known errors become ``Error: ...`` and exit 1, without a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            message = describe_error(exc)
+            if message is None and not logging.getLogger().isEnabledFor(logging.INFO):
+                message = f"{type(exc).__name__}: {exc} (run with -v for the traceback)"
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+
+
 def open_engine() -> Any:
     from .engine import Engine  # late: keeps `--help` and `plugins` fast
 
     return Engine()
 
 
-@click.group()
+@click.group(cls=_Main)
 @click.version_option(package_name="hindsight-recall")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress and warnings.")
 def main(verbose: bool) -> None:
@@ -83,7 +127,7 @@ def retain(file: Path, bank: str | None) -> None:
 @click.argument("query")
 @click.option("--bank", required=True, help="Bank to search.")
 @click.option("--budget", type=click.Choice([b.value for b in Budget]), default="mid", show_default=True)
-@click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True)
 @click.option("--query-timestamp", help="ISO-8601 anchor for relative dates and recency.")
 @click.option("--types", help=f"Comma list of fact types ({', '.join(FACT_TYPES)}).")
 @click.option("--tags", help="Comma list of tags.")
@@ -157,6 +201,50 @@ cli_banks.register(bank)
 
 
 @main.group()
+def server() -> None:
+    """The embedded PostgreSQL server (used while HINDSIGHT_API_DATABASE_URL is unset)."""
+
+
+def _server_data_dir(data_dir: Path | None) -> Path:
+    from .settings import load_settings
+    from .store import embedded
+
+    settings = load_settings()
+    if settings.database_url and data_dir is None:
+        raise click.ClickException("HINDSIGHT_API_DATABASE_URL is set, so no embedded server is used")
+    return embedded.resolve(data_dir or settings.embedded_data_dir)
+
+
+_DATA_DIR = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+                         help="Data directory (default: HINDSIGHT_API_EMBEDDED_DATA_DIR or the per-user default).")
+
+
+@server.command("status")
+@_DATA_DIR
+def server_status(data_dir: Path | None) -> None:
+    """Show whether the embedded server runs, its socket and the processes using it."""
+    from .store import embedded
+
+    path = _server_data_dir(data_dir)
+    found = embedded.status(path)
+    if found is None:
+        click.echo(f"not running (data dir {path})")
+        return
+    click.echo(f"running: pid {found.pid}, data dir {path}\nsocket: {found.socket_dir} (port {found.port})\n"
+               f"url: {found.url()}\nused by: {', '.join(map(str, found.users)) or 'no live process'}")
+
+
+@server.command("stop")
+@_DATA_DIR
+def server_stop(data_dir: Path | None) -> None:
+    """Stop the embedded server now (fast shutdown: open sessions are disconnected)."""
+    from .store import embedded
+
+    path = _server_data_dir(data_dir)
+    click.echo(f"stopped the server in {path}" if embedded.stop_server(path) else f"not running (data dir {path})")
+
+
+@main.group()
 def bench() -> None:
     """Benchmarks."""
 
@@ -165,7 +253,7 @@ def bench() -> None:
 @click.option("--memories", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--queries", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
 @click.option("--budget", type=click.Choice([b.value for b in Budget]), default="mid", show_default=True)
-@click.option("--max-tokens", type=click.IntRange(min=0), default=4096, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write {qid, ids} lines here.")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Write the metrics as JSON here.")
 @click.option("--per-arm", is_flag=True, help="Also score each arm's own ranking (from the trace).")

@@ -8,9 +8,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+import psycopg
+from sqlalchemy.exc import DBAPIError
 
-from .errors import ConfigError, RecallTimeout
+from .errors import ConfigError, DatabaseError, RecallTimeout
 from .plugins import PluginManager, get_plugin_manager
 from .protocols import BudgetFunction, EmbeddingProvider, Retriever, TextSearchBackend
 from .recall.pipeline import run_recall, warm_date_parser
@@ -20,7 +21,7 @@ from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
 from .store import banks
-from .store.db import Database
+from .store.db import Database, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
 from .types import Memory
@@ -68,6 +69,9 @@ class Engine:
         try:
             async with self.db.connect() as conn:
                 await migrate(conn, dimensions, self.text_search)
+        except DBAPIError as exc:
+            await self.db.close()
+            raise DatabaseError(_schema_failure(exc, self.settings.text_search_extension)) from None
         except Exception:
             await self.db.close()
             raise
@@ -113,12 +117,22 @@ class Engine:
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
             needs its vectors, and the embedding model is not run.
         """
-        return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
+        for attempt, delay in enumerate((*RETRY_DELAYS, None)):
+            try:
+                return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
+            except (DBAPIError, psycopg.Error) as exc:
+                # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
+                if delay is None or not is_retryable(exc):
+                    raise
+                log.warning("retain failed (attempt %d): %s; retrying", attempt + 1, db_message(exc))
+                await asyncio.sleep(delay)
+                await self._recover(exc)
+        raise ConfigError("unreachable")  # pragma: no cover
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens`` (SPEC §11 body).
 
-        :param bank_id: the bank; an unknown bank gives an empty result.
+        :param bank_id: the bank; an unknown bank raises :class:`~hindsight_recall.errors.BankNotFound`.
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
@@ -133,13 +147,14 @@ class Engine:
                     return await run_recall(self, request, waited)
                 except (asyncio.TimeoutError, TimeoutError) as exc:
                     raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_COMMAND_TIMEOUT)") from exc
-                except DBAPIError as exc:
-                    if getattr(exc.orig, "sqlstate", None) == "57014":
+                except (DBAPIError, psycopg.Error) as exc:
+                    if getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014":
                         raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
-                    if delay is None or not isinstance(exc, OperationalError | InterfaceError):
+                    if delay is None or not is_retryable(exc):
                         raise
-                    log.warning("recall lost its connection (attempt %d): %s; retrying", attempt + 1, exc)
+                    log.warning("recall failed (attempt %d): %s; retrying", attempt + 1, db_message(exc))
                     await asyncio.sleep(delay)
+                    await self._recover(exc)
         raise ConfigError("unreachable")  # pragma: no cover
 
     async def list_banks(self) -> list[dict[str, Any]]:
@@ -172,3 +187,25 @@ class Engine:
         wanted = [ids] if isinstance(ids, str) else list(ids)
         async with self.db.connect() as conn:
             return await banks.forget(conn, banks.validate_bank_id(bank_id), wanted)
+
+    async def _recover(self, exc: Exception) -> None:
+        """After a lost connection, reconnect (restarting an embedded server that died)."""
+        if getattr(getattr(exc, "orig", exc), "sqlstate", None) in ("40001", "40P01"):
+            return  # the connection is fine; only the transaction lost
+        try:
+            if await self.db.recover():
+                log.warning("restarted the embedded PostgreSQL server after it stopped")
+        except DatabaseError as failure:
+            log.warning("could not restart the embedded PostgreSQL server: %s", failure)
+
+
+def _schema_failure(exc: DBAPIError, text_search: str) -> str:
+    """A one-line reason the schema could not be prepared, naming the missing extension if that is it."""
+    first = db_message(exc)
+    if "extension" in first.lower() and ("not available" in first.lower() or "could not open" in first.lower()):
+        if '"vector"' in first:
+            return (f"the PostgreSQL server has no pgvector: {first}. Install pgvector on that server, or unset "
+                    "HINDSIGHT_API_DATABASE_URL to use the embedded server (which bundles it).")
+        return (f"the PostgreSQL server lacks an extension that HINDSIGHT_API_TEXT_SEARCH_EXTENSION={text_search!r} "
+                f"needs: {first}. Install it on the server, or choose another text-search backend (e.g. native).")
+    return f"could not prepare the database schema: {first}"

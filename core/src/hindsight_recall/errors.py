@@ -73,6 +73,17 @@ class QueryTooLong(InvalidRequest):
         )
 
 
+class BankNotFound(InvalidRequest):
+    """The request names a bank that does not exist."""
+
+    def __init__(self, bank_id: str) -> None:
+        super().__init__("bank_id", f"bank {bank_id!r} does not exist", status=404)
+        self.bank_id = bank_id
+
+    def __str__(self) -> str:
+        return f"bank {self.bank_id!r} does not exist"
+
+
 class RetainError(RecallError):
     """A memory to retain is invalid; nothing of the batch was written."""
 
@@ -88,6 +99,10 @@ class DatabaseError(RecallError):
     """The database is unreachable or misconfigured."""
 
     status = 503
+
+
+class PoolExhausted(DatabaseError):
+    """No pooled connection became free within DB_ACQUIRE_TIMEOUT."""
 
 
 class RecallTimeout(RecallError):

@@ -63,6 +63,7 @@ class Settings(BaseSettings, BankSettings):
     database_url: str | None = None
     database_schema: str = "public"
     embedded_data_dir: Path | None = None
+    embedded_server_settings: str = ""
     db_pool_min_size: int = Field(5, ge=0)
     db_pool_max_size: int = Field(100, ge=1)
     db_command_timeout: float = Field(60, ge=0)
@@ -131,6 +132,12 @@ class Settings(BaseSettings, BankSettings):
             raise ValueError("must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
         return value
 
+    @field_validator("embedded_server_settings")
+    @classmethod
+    def _server_settings(cls, value: str) -> str:
+        parse_server_settings(value)
+        return value
+
     @field_validator("recency_decay_function")
     @classmethod
     def _decay_known(cls, value: str) -> str:
@@ -168,6 +175,16 @@ class Settings(BaseSettings, BankSettings):
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
         return self
 
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, redact(value) if name == "database_url" and isinstance(value, str) else value
+
+    def server_settings(self) -> dict[str, str]:
+        """The embedded server's PostgreSQL settings: sized to the machine, then EMBEDDED_SERVER_SETTINGS."""
+        from .store.embedded import sized_settings
+
+        return {**sized_settings(), **parse_server_settings(self.embedded_server_settings)}
+
     def for_bank(self, overrides: dict[str, Any] | None) -> Settings:
         """Return these settings with a bank's stored overrides applied (validated)."""
         if not overrides:
@@ -183,6 +200,36 @@ class Settings(BaseSettings, BankSettings):
         """The pre-rerank cap ``K`` for a budget level (SPEC §8.3)."""
         per_level: int = getattr(self, f"reranker_max_candidates_{budget}")
         return per_level or self.reranker_max_candidates
+
+
+_SERVER_SETTING = re.compile(r"^[a-z_][a-z0-9_.]*$")
+# scheme://user:password@ and key=value conninfo passwords.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^\s/?#]*)(?=@[^@\s/?#]*(?:[/?#\s]|$))"
+)
+_CONNINFO_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every database URL (and ``password=...`` pair) replaced by ``***``."""
+    text = _URL_PASSWORD.sub(lambda m: m["head"] + "***" if m["secret"] else m["head"], text)
+    return _CONNINFO_PASSWORD.sub(lambda m: m["head"] + "***", text)
+
+
+def parse_server_settings(value: str) -> dict[str, str]:
+    """Parse ``name=value,name=value`` (EMBEDDED_SERVER_SETTINGS) into PostgreSQL settings."""
+    out: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, setting = item.partition("=")
+        name = name.strip().lower()
+        if not sep or not _SERVER_SETTING.match(name) or not setting.strip():
+            raise ValueError(f"{item!r} is not NAME=VALUE (e.g. shared_buffers=2GB,work_mem=32MB)")
+        if any(c in setting for c in "\n\r\x00"):
+            raise ValueError(f"{item!r}: values cannot hold line breaks")
+        out[name] = setting.strip()
+    return out
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -202,5 +249,5 @@ def describe_validation_error(exc: ValidationError) -> str:
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "settings"
         variable = f"{PREFIX}{field.upper()}" if err["loc"] else "settings"
-        lines.append(f"{variable}: {err['msg']} (got {err.get('input')!r})")
+        lines.append(redact(f"{variable}: {err['msg']} (got {err.get('input')!r})"))
     return "Invalid configuration:\n" + "\n".join(lines)

@@ -9,6 +9,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from . import limits
+from .errors import RetainError
+
 
 class FactType(str, Enum):
     """The three kinds of memory a bank holds."""
@@ -58,6 +61,34 @@ class Memory:
     metadata: Mapping[str, str] = field(default_factory=dict)
     causes: tuple[str, ...] = ()
     source_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_memory(self)
+
+
+def check_memory(memory: Memory) -> None:
+    """Raise :class:`RetainError` when a field would fail in PostgreSQL (see :mod:`.limits`)."""
+    problems: list[tuple[str, str | None]] = [("id", limits.key_problem(memory.id))]
+    for name in ("text", "context", "chunk"):
+        value = getattr(memory, name)
+        problems.append((name, None if value is None else limits.unicode_problem(value)))
+    indexed = len(memory.text.encode("utf-8", "replace")) + len((memory.context or "").encode("utf-8", "replace"))
+    if indexed > limits.MAX_INDEXED_TEXT_BYTES:
+        problems.append(("text", f"text and context are {indexed} bytes long (UTF-8); the limit is "
+                                 f"{limits.MAX_INDEXED_TEXT_BYTES} bytes, which keeps the text-search entry under "
+                                 "PostgreSQL's 1 MB tsvector limit"))
+    if memory.document_id is not None:
+        problems.append(("document_id", limits.key_problem(memory.document_id)))
+    for name in ("entities", "tags", "causes", "source_ids"):
+        problems.extend((f"{name}[{i}]", limits.key_problem(v)) for i, v in enumerate(getattr(memory, name)))
+    for name in ("occurred_start", "occurred_end", "mentioned_at"):
+        value = getattr(memory, name)
+        problems.append((name, None if value is None else limits.date_problem(value)))
+    problems.append(("proof_count", limits.int32_problem(memory.proof_count)))
+    problems.extend(("metadata", limits.unicode_problem(k + v)) for k, v in memory.metadata.items())
+    for name, problem in problems:
+        if problem:
+            raise RetainError(None, name, problem)
 
 
 @dataclass(frozen=True)

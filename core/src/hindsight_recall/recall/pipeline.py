@@ -10,6 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..errors import BankNotFound
 from ..protocols import RetrievalContext
 from ..store import banks
 from ..time.window import resolve_window
@@ -47,7 +48,9 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     with trace.phase("backend_acquisition"):
         async with engine.db.connect() as conn:
             overrides = await banks.bank_config(conn, req.bank_id)
-    if overrides is None or not req.types:
+    if overrides is None:
+        raise BankNotFound(req.bank_id)
+    if not req.types:
         return empty_response(req, trace)
     config = settings.for_bank(overrides)
     req = _cap_query(engine, req)

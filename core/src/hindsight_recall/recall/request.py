@@ -144,8 +144,10 @@ def build_request(
     tokens = query_tokens(query)
     if not tokens:
         raise InvalidRequest("query", "is empty after normalisation; give at least one word")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise InvalidRequest("max_tokens", f"must be a non-negative integer, got {max_tokens!r}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidRequest("max_tokens", f"must be a positive integer, got {max_tokens!r}")
+    if isinstance(tags, str):  # one tag, not its characters
+        tags = [tags]
     tag_list = tuple(clean_text(str(t)) for t in (tags or ()))
     window = None
     if temporal_window is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RetainError
+from ..limits import unicode_problem
 from ..types import FACT_TYPES, Memory
 
 MAX_TEXT_CHARS = 1_000_000
@@ -38,8 +39,9 @@ def _string(value: Any, field: str, line: int | None, *, required: bool = False)
         return None
     if not isinstance(value, str):
         raise RetainError(line, field, f"expected a string, got {type(value).__name__}")
-    if "\x00" in value:
-        raise RetainError(line, field, "contains a NUL byte, which PostgreSQL text cannot store")
+    problem = unicode_problem(value)
+    if problem:
+        raise RetainError(line, field, problem)
     if len(value) > MAX_TEXT_CHARS:
         raise RetainError(line, field, f"is {len(value)} characters long; the limit is {MAX_TEXT_CHARS}")
     if required and not value.strip():
@@ -88,7 +90,7 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
     ):
         raise RetainError(line, "metadata", "expected an object of string keys to string values")
     bank = _string(obj.get("bank"), "bank", line)
-    memory = Memory(
+    fields: dict[str, Any] = dict(
         id=mem_id or "",
         text=text or "",
         type=fact_type,
@@ -105,17 +107,39 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
         causes=_strings(obj.get("causes"), "causes", line),
         source_ids=_strings(obj.get("sources"), "sources", line),
     )
+    try:
+        memory = Memory(**fields)
+    except RetainError as exc:  # Memory checks PostgreSQL's limits itself; add the line number
+        raise RetainError(line, exc.field, exc.why) from None
     return bank, memory
 
 
 def read_jsonl(path: Path | str, default_bank: str | None = None) -> Iterator[tuple[str, int, Memory]]:
     """Yield (bank, line number, memory) for every non-blank line of a JSONL file."""
     with open(path, encoding="utf-8") as handle:
-        yield from parse_lines(handle, default_bank)
+        yield from parse_lines(_decoded(handle, path), default_bank)
+
+
+def _decoded(handle: Iterable[str], path: Path | str) -> Iterator[str]:
+    """The file's lines; bytes that are not UTF-8 become a :class:`RetainError` naming the line."""
+    number = 0
+    lines = iter(handle)
+    while True:
+        try:
+            raw = next(lines)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise RetainError(number + 1, "file", f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                                                  "cannot be decoded); save it as UTF-8") from None
+        number += 1
+        yield raw
 
 
 def parse_lines(lines: Iterable[str], default_bank: str | None = None) -> Iterator[tuple[str, int, Memory]]:
     """Parse JSONL lines; a memory's own ``bank`` wins over ``default_bank``."""
+    if default_bank is not None and unicode_problem(default_bank):
+        raise RetainError(None, "bank", f"--bank {unicode_problem(default_bank)}")
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue

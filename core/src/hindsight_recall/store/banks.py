@@ -7,10 +7,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import InvalidRequest
+from ..limits import unicode_problem
 from ..settings import BankSettings
 
 MAX_BANK_ID = 256
@@ -22,6 +24,8 @@ def validate_bank_id(bank_id: Any) -> str:
         raise InvalidRequest("bank_id", "must be a non-empty string")
     if "\x00" in bank_id or len(bank_id) > MAX_BANK_ID:
         raise InvalidRequest("bank_id", f"must not contain NUL bytes or exceed {MAX_BANK_ID} characters")
+    if unicode_problem(bank_id):
+        raise InvalidRequest("bank_id", f"{unicode_problem(bank_id)}")
     return bank_id
 
 
@@ -57,7 +61,12 @@ async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str,
     merged = {**current, **{k: v for k, v in values.items() if v is not None}}
     for key in (k for k, v in values.items() if v is None):
         merged.pop(key, None)
-    checked = BankSettings(**merged)
+    try:
+        checked = BankSettings(**merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"]) or "config"
+        raise InvalidRequest(name, f"{err['msg']} (got {err.get('input')!r})") from None
     stored = {k: getattr(checked, k) for k in merged}
     await conn.execute(text("UPDATE banks SET config = CAST(:config AS jsonb) WHERE bank_id = :bank"),
                        {"config": json.dumps(stored), "bank": bank_id})

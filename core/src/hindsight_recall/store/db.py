@@ -10,16 +10,56 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ..errors import DatabaseError
-from ..settings import Settings
+from ..errors import DatabaseError, PoolExhausted
+from ..settings import Settings, redact
 from . import embedded
+
+#: SQLSTATEs after which the same statement may succeed on a fresh connection or a new try:
+#: connection exceptions (class 08), the server shutting down or crashing (57P01-57P03), and
+#: serialization failures and deadlocks (40001, 40P01).
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for a lost connection or a serialization failure/deadlock; every other error is final.
+
+    Takes SQLAlchemy's wrapped errors and the driver's own (COPY runs on the raw connection).
+    """
+    import psycopg
+
+    if isinstance(exc, DBAPIError):
+        orig, invalidated = exc.orig, exc.connection_invalidated
+    elif isinstance(exc, psycopg.Error):
+        orig, invalidated = exc, False
+    else:
+        return False
+    state = getattr(orig, "sqlstate", None)
+    if state is not None:
+        return state.startswith("08") or state in RETRYABLE_SQLSTATES
+    # No SQLSTATE: the driver itself found the connection gone (closed socket, server exited).
+    return invalidated or isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def db_message(exc: BaseException) -> str:
+    """The first line of the driver's message (not SQLAlchemy's SQL echo), credentials redacted."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return redact(text.splitlines()[0]) if text else type(orig).__name__
 
 
 def sqlalchemy_url(url: str) -> str:
     """Accept libpq-style URLs and pick the psycopg 3 driver."""
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(
+            f"HINDSIGHT_API_DATABASE_URL={redact(url)!r} is not a valid URL; expected "
+            "postgresql://user:password@host:port/database"
+        ) from None
     if parsed.get_backend_name() != "postgresql":
         raise DatabaseError(f"HINDSIGHT_API_DATABASE_URL must be a postgresql:// URL, got {parsed.drivername!r}")
     return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
@@ -38,11 +78,13 @@ class Database:
     async def open(self) -> None:
         s = self.settings
         if self.embedded:
-            self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir)
+            self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir, s.server_settings())
         else:
             self.url = s.database_url or ""
-        # quoted so a mixed-case schema is not folded to lower case (the setting admits identifiers only)
-        options = f'-c search_path="{s.database_schema}",public -c plan_cache_mode=force_custom_plan'
+        # quoted so a mixed-case schema is not folded to lower case (the setting admits identifiers only);
+        # JIT compiles for plans the planner thinks expensive, and for recall's short statements
+        # compiling costs more than it saves.
+        options = f'-c search_path="{s.database_schema}",public -c plan_cache_mode=force_custom_plan -c jit=off'
         if s.db_statement_timeout:
             options += f" -c statement_timeout={int(s.db_statement_timeout * 1000)}"
         self.engine = create_async_engine(
@@ -63,19 +105,18 @@ class Database:
         except Exception as exc:
             await self.close()
             raise DatabaseError(
-                f"cannot connect to PostgreSQL: {exc}. Check HINDSIGHT_API_DATABASE_URL "
+                f"cannot connect to PostgreSQL: {db_message(exc)}. Check HINDSIGHT_API_DATABASE_URL "
                 "(unset it to use the embedded server)."
-            ) from exc
+            ) from None
         if s.database_schema != "public":
             try:
                 await self._create_schema(s.database_schema)
             except Exception as exc:
                 await self.close()
-                why = "; ".join(line.strip().rstrip(".") for line in str(exc).splitlines() if line.strip())
                 raise DatabaseError(
-                    f"cannot create schema {s.database_schema!r}: {why}. Create it yourself, or grant "
-                    "CREATE on the database, or unset HINDSIGHT_API_DATABASE_SCHEMA."
-                ) from exc
+                    f"cannot create schema {s.database_schema!r}: {db_message(exc).rstrip('.')}. Create it "
+                    "yourself, or grant CREATE on the database, or unset HINDSIGHT_API_DATABASE_SCHEMA."
+                ) from None
 
     async def _create_schema(self, name: str) -> None:
         """Create DATABASE_SCHEMA, and pgvector in ``public`` so every schema sees its type."""
@@ -110,8 +151,34 @@ class Database:
         """A pooled connection inside a transaction that commits on success."""
         if self.engine is None:
             raise DatabaseError("the database is not open; use 'async with Engine()' first")
-        async with self.engine.begin() as conn:
-            yield conn
+        conn = self.engine.connect()
+        try:
+            await conn.start()
+        except PoolTimeout:
+            s = self.settings
+            raise PoolExhausted(
+                f"no database connection came free within {s.db_acquire_timeout:g} s: all "
+                f"{s.db_pool_max_size} are in use (raise HINDSIGHT_API_DB_POOL_MAX_SIZE or "
+                "HINDSIGHT_API_DB_ACQUIRE_TIMEOUT, or lower HINDSIGHT_API_RECALL_MAX_CONCURRENT)"
+            ) from None
+        try:
+            async with conn.begin():
+                yield conn
+        finally:
+            await asyncio.shield(conn.close())
+
+    async def recover(self) -> bool:
+        """After a lost connection: drop the pooled connections and restart the embedded server if it
+        died (only a server this engine started). True when the server was restarted."""
+        if self.engine is None:
+            return False
+        restarted = False
+        if self.embedded and self.url:
+            restarted = await asyncio.to_thread(
+                embedded.ensure_running, self.settings.embedded_data_dir, self.settings.server_settings()
+            )
+        await self.engine.dispose()  # every pooled connection shares the fate of the one that broke
+        return restarted
 
     async def vacuum_analyze(self, tables: Sequence[str]) -> None:
         """``VACUUM (ANALYZE)`` the tables; it cannot run inside a transaction, so autocommit."""

@@ -237,7 +237,8 @@ def sql_literal(value: str) -> str:
     """Quote a string as a SQL literal for DDL, which cannot take bind parameters."""
     if "\x00" in value:
         raise ValueError("NUL bytes cannot be stored in PostgreSQL text")
-    return "'" + value.replace("'", "''") + "'"
+    # An E'' literal reads the same whatever standard_conforming_strings says.
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def vector_index_statements(bank_id: str, internal_id: str) -> list[str]:

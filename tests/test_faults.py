@@ -1,0 +1,144 @@
+"""Faults: a crashed embedded server, errors worth a retry and those that are not, killed processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hindsight_recall import Engine
+from hindsight_recall import engine as engine_module
+from hindsight_recall.settings import Settings
+from hindsight_recall.store import embedded
+from hindsight_recall.store.db import is_retryable
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+pytestmark = pytest.mark.slow
+
+
+async def test_engine_restarts_a_killed_embedded_server(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    data_dir = tmp_path / "crash" / "data"
+    async with Engine(make_settings(embedded_data_dir=data_dir, database_url=None)) as eng:
+        await eng.retain("b", [{"id": "a", "text": "Alice works at Helios Robotics in Munich."}])
+        assert (await eng.recall("b", "Where does Alice work?"))["results"]
+        before = embedded.status(data_dir)
+        assert before is not None
+        os.kill(before.pid, signal.SIGKILL)
+        body = await eng.recall("b", "Where does Alice work?")
+        assert [r["id"] for r in body["results"]] == ["a"]
+        after = embedded.status(data_dir)
+        assert after is not None and after.pid != before.pid
+    assert embedded.status(data_dir) is None  # the engine stopped the server it restarted
+
+
+async def test_retain_after_a_crash_restarts_the_server(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    data_dir = tmp_path / "crash-retain" / "data"
+    async with Engine(make_settings(embedded_data_dir=data_dir, database_url=None)) as eng:
+        await eng.retain("b", [{"id": "a", "text": "Alice works at Helios Robotics in Munich."}])
+        os.kill(embedded.status(data_dir).pid, signal.SIGKILL)  # type: ignore[union-attr]
+        await eng.retain("b", [{"id": "b", "text": "Bob cooks pasta."}])
+        assert {r["id"] for r in (await eng.recall("b", "Alice Bob"))["results"]} == {"a", "b"}
+
+
+async def _real_error(eng: Engine, sql: str) -> DBAPIError:
+    try:
+        async with eng.db.connect() as conn:
+            await conn.execute(text(sql))
+    except DBAPIError as exc:
+        return exc
+    raise AssertionError(f"{sql} did not fail")
+
+
+def _raise_code(code: str) -> str:
+    return f"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '{code}'; END $$"
+
+
+async def test_only_lost_connections_and_serialization_failures_are_retryable(engine: Engine) -> None:
+    for code in ("40001", "40P01", "08006", "57P01"):
+        assert is_retryable(await _real_error(engine, _raise_code(code))), code
+    for sql in ("SELECT 1/0", _raise_code("54000"), _raise_code("53200"), "SELECT repeat('x', 2000000)::tsvector",
+                "SELECT * FROM no_such_table"):
+        assert not is_retryable(await _real_error(engine, sql)), sql
+
+
+@pytest.mark.parametrize(("code", "calls"), [("54000", 1), ("22012", 1), ("40001", 2), ("40P01", 2)])
+async def test_recall_retries_only_what_may_succeed(engine: Engine, alice: str, monkeypatch: pytest.MonkeyPatch,
+                                                    code: str, calls: int) -> None:
+    error = await _real_error(engine, _raise_code(code))
+    real = engine_module.run_recall
+    seen: list[int] = []
+
+    async def failing_once(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.append(1)
+        if len(seen) == 1:
+            raise error
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "run_recall", failing_once)
+    monkeypatch.setattr(engine_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))
+    if calls == 1:
+        with pytest.raises(DBAPIError):
+            await engine.recall(alice, "Alice")
+    else:
+        assert (await engine.recall(alice, "Alice"))["results"]
+    assert len(seen) == calls
+
+
+_START_AND_HANG = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from hindsight_recall.store import embedded
+    print(embedded.start(Path(sys.argv[1])), flush=True)
+    time.sleep(600)
+""")
+
+
+def _start_in_a_process_then_kill_it(data_dir: Path) -> int:
+    proc = subprocess.Popen([sys.executable, "-c", _START_AND_HANG, str(data_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("postgresql://")
+    proc.kill()
+    proc.wait()
+    found = embedded.status(data_dir)
+    assert found is not None, "the killed process's server should still run"
+    return found.pid
+
+
+def test_next_user_adopts_and_stops_a_stale_server(tmp_path: Path) -> None:
+    data_dir = tmp_path / "stale" / "data"
+    pid = _start_in_a_process_then_kill_it(data_dir)
+    url = embedded.start(data_dir)
+    try:
+        assert embedded.status(data_dir).pid == pid  # type: ignore[union-attr]  # reused, not a second server
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        embedded.stop(data_dir)
+    assert embedded.status(data_dir) is None  # the dead user was pruned, so the last live one stopped it
+
+
+def test_cli_server_stop(tmp_path: Path) -> None:
+    data_dir = tmp_path / "cli" / "data"
+    _start_in_a_process_then_kill_it(data_dir)
+    env = {**os.environ, "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data_dir)}
+    env.pop("HINDSIGHT_API_DATABASE_URL", None)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "hindsight_recall.cli", "server", *a],  # noqa: E731
+                                    capture_output=True, text=True, env=env, timeout=120)
+    status = run("status")
+    assert status.returncode == 0 and "running: pid" in status.stdout and "no live process" in status.stdout
+    stopped = run("stop")
+    assert stopped.returncode == 0 and "stopped the server" in stopped.stdout, stopped.stderr
+    deadline = time.monotonic() + 10
+    while embedded.status(data_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert embedded.status(data_dir) is None
+    assert "not running" in run("status").stdout

@@ -1,0 +1,159 @@
+"""Security: credentials never printed, a private embedded server, values always bound in SQL."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import stat
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from hindsight_recall import Engine
+from hindsight_recall.errors import ConfigError, DatabaseError
+from hindsight_recall.settings import Settings, load_settings, redact
+from hindsight_recall.store import embedded
+from sqlalchemy.engine import make_url
+
+SECRET = "Zq9-never-print-me"
+
+
+def _everything(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc) + str(exc)
+
+
+def test_redact_hides_passwords_in_urls_and_conninfo() -> None:
+    for raw in (f"postgresql://me:{SECRET}@db:5432/x", f"postgres://:{SECRET}@h/x", f"postgresql://me:a@{SECRET}@h/x",
+                f"host=h password={SECRET} dbname=x", f"'postgresql+psycopg://me:{SECRET}@h'"):
+        assert SECRET not in redact(raw), raw
+    assert redact("postgresql://me@h/x") == "postgresql://me@h/x"
+
+
+def test_settings_errors_and_repr_hide_the_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(database_url=f"postgresql://me:{SECRET}@h/x", db_pool_min_size=f"postgresql://me:{SECRET}@h/x")
+    assert SECRET not in _everything(info.value)
+    settings = load_settings(database_url=f"postgresql://me:{SECRET}@h/x")
+    assert SECRET not in repr(settings) and SECRET not in str(settings)
+
+
+@pytest.mark.parametrize("url", [f"postgresql://me:{SECRET}@127.0.0.1:1/x", f"postgresql://me:{SECRET}@[bad/x",
+                                 f"mysql://me:{SECRET}@h/x"])
+async def test_connection_errors_hide_the_password(make_settings: Callable[..., Settings], url: str,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG), pytest.raises(DatabaseError) as info:
+        await Engine(make_settings(database_url=url, db_acquire_timeout=2)).open()
+    assert SECRET not in _everything(info.value) and SECRET not in caplog.text
+
+
+async def test_traces_and_logs_of_a_working_url_hide_the_password(
+        engine: Engine, make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture) -> None:
+    if not engine.db.embedded:
+        pytest.skip("needs the embedded test server (peer authentication ignores the password)")
+    url = make_url(engine.db.url).set(password=SECRET).render_as_string(hide_password=False)
+    with caplog.at_level(logging.DEBUG):
+        async with Engine(make_settings(database_url=url)) as eng:
+            await eng.retain("secret-bank", [{"id": "a", "text": "Alice works at Helios."}])
+            body = await eng.recall("secret-bank", "Alice", trace=True)
+    assert body["results"] and SECRET not in json.dumps(body, default=str) and SECRET not in caplog.text
+
+
+def test_cli_never_prints_the_password(tmp_path: Path) -> None:
+    env = {**os.environ, "HINDSIGHT_API_DATABASE_URL": f"postgresql://me:{SECRET}@127.0.0.1:1/x",
+           "HINDSIGHT_API_DB_ACQUIRE_TIMEOUT": "2", "HINDSIGHT_API_RERANKER_PROVIDER": "rrf"}
+    for args in (["-v", "recall", "x", "--bank", "b"], ["recall", "x", "--bank", "b", "--budget", "bad"]):
+        result = subprocess.run([sys.executable, "-m", "hindsight_recall.cli", *args], capture_output=True, text=True,
+                                env=env, timeout=300)
+        assert result.returncode != 0 and SECRET not in result.stdout + result.stderr
+
+
+# -- the embedded server ----------------------------------------------------------------------------
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_embedded_server_is_private(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    inner = private / ("a-long-directory-name-" * 4)  # long enough to move the socket out of the data dir
+    inner.mkdir(mode=0o700)
+    inner.chmod(0o700)
+    data_dir = inner / "data"
+    modes = {p: _mode(p) for p in (tmp_path, private, inner)}
+    url = embedded.start(data_dir)
+    try:
+        assert {p: _mode(p) for p in modes} == modes  # no parent was loosened
+        found = embedded.status(data_dir)
+        assert found is not None
+        owner = data_dir.stat().st_uid
+        assert _mode(data_dir) == 0o700
+        assert found.socket_dir != data_dir and _mode(found.socket_dir) == 0o700
+        assert found.socket_dir.stat().st_uid == owner
+        hba = [line for line in (data_dir / "pg_hba.conf").read_text().splitlines() if not line.startswith("#")]
+        assert hba == ["local all all peer map=hindsight"]
+        assert _mode(data_dir / "pg_hba.conf") == 0o600
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SHOW listen_addresses").fetchone() == ("",)
+            assert conn.execute("SHOW password_encryption").fetchone() == ("scram-sha-256",)
+        if os.geteuid() == 0:
+            assert pwd.getpwuid(owner).pw_name == embedded.SERVER_USER
+            other = subprocess.run(
+                [str(embedded._bin_dir() / "psql"), "-w", "-d", url, "-c", "SELECT 1"],
+                user="nobody", cwd="/", capture_output=True, text=True, timeout=60,
+            )
+            assert other.returncode != 0 and ("Permission denied" in other.stderr or "authentication" in other.stderr)
+    finally:
+        embedded.stop(data_dir)
+    assert {p: _mode(p) for p in modes} == modes
+
+
+def test_server_settings_are_sized_and_overridable(tmp_path: Path) -> None:
+    sized = embedded.sized_settings(24 * 2**30)
+    assert sized == {"shared_buffers": "4096MB", "effective_cache_size": "12288MB", "work_mem": "48MB",
+                     "maintenance_work_mem": "1536MB"}
+    assert embedded.sized_settings(2 * 2**30)["shared_buffers"] == "512MB"
+    settings = load_settings(embedded_data_dir=tmp_path / "data",
+                             embedded_server_settings="shared_buffers=192MB, work_mem=7MB")
+    assert settings.server_settings()["work_mem"] == "7MB"
+    with pytest.raises(ConfigError, match="EMBEDDED_SERVER_SETTINGS"):
+        load_settings(embedded_server_settings="shared_buffers")
+
+
+async def test_embedded_server_runs_with_the_settings(tmp_path: Path) -> None:
+    settings = load_settings(embedded_data_dir=tmp_path / "data", reranker_provider="rrf",
+                             embedded_server_settings="shared_buffers=192MB,work_mem=7MB")
+    async with Engine(settings) as eng, eng.db.connect() as conn:
+        shown = {name: (await conn.exec_driver_sql(f"SHOW {name}")).scalar()
+                 for name in ("shared_buffers", "work_mem", "maintenance_work_mem", "effective_cache_size", "jit")}
+    assert shown["shared_buffers"] == "192MB" and shown["work_mem"] == "7MB" and shown["jit"] == "off"
+    assert shown["maintenance_work_mem"] != "64MB" and shown["effective_cache_size"] != "4GB"  # not the defaults
+
+
+# -- values are bound, never formatted into SQL ---------------------------------------------------
+
+async def test_bank_names_survive_standard_conforming_strings_off(engine: Engine,
+                                                                  make_settings: Callable[..., Settings]) -> None:
+    if not engine.db.embedded:
+        pytest.skip("needs the embedded test server")
+    url = make_url(engine.db.url)
+    with psycopg.connect(url.set(database="postgres").render_as_string(hide_password=False), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'scs_off'").fetchone():
+            conn.execute("CREATE DATABASE scs_off")
+            conn.execute("ALTER DATABASE scs_off SET standard_conforming_strings = off")
+            conn.execute("ALTER DATABASE scs_off SET escape_string_warning = off")
+    off = url.set(database="scs_off").render_as_string(hide_password=False)
+    async with Engine(make_settings(database_url=off)) as eng:
+        async with eng.db.connect() as conn:
+            assert (await conn.exec_driver_sql("SHOW standard_conforming_strings")).scalar() == "off"
+        for bank in ("back\\slash", "it's", "a\\'; DROP TABLE banks; --", 'q"\\\\x'):
+            await eng.retain(bank, [{"id": "a", "text": f"The code word of {bank} is pineapple."}])
+            body = await eng.recall(bank, "code word pineapple")
+            assert [r["text"] for r in body["results"]] == [f"The code word of {bank} is pineapple."]
