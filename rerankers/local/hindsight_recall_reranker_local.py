@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from hindsight_recall.errors import RerankerError
 from hindsight_recall.hookspecs import Register, hookimpl
 from pydantic import Field
+from hindsight_recall.settings import plugin_settings
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -62,9 +63,10 @@ class LocalReranker:
         """Remember the settings; the model loads in :meth:`start` or on first use.
 
         :param settings: core settings (``MODEL_INIT_TIMEOUT``).
-        :param config: this plugin's settings; read from the environment when omitted.
+        :param config: this plugin's settings; when omitted, ``settings.plugins['local']`` and then the
+            ``HINDSIGHT_API_RERANKER_LOCAL_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config or LocalSettings()
+        self.config = config if config is not None else plugin_settings(LocalSettings, self.name, settings)
         self.init_timeout = settings.model_init_timeout if settings else 300.0
         self.device: str | None = None
         self._model: Any = None
