@@ -176,3 +176,19 @@ async def test_every_score_call_is_bounded_by_the_reranker_timeout(make_settings
                 details = reranking_phase(await engine.recall(bank, "Alice ran", trace=True))
                 assert "did not answer within HINDSIGHT_API_RERANKER_TIMEOUT=0.2 s" in details["fallback"]
             assert time.perf_counter() - began < 5
+
+
+async def test_offline_the_default_hub_model_falls_back_at_once_saying_how_to_fix_it(
+    make_settings: Any, bank: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from huggingface_hub import constants
+
+    assert constants.HF_HUB_OFFLINE  # tests run offline (conftest), as a new user without network does
+    async with Engine(make_settings(reranker_provider="local")) as engine:  # the default hub model
+        await engine.retain(bank, DOCS)
+        body = await engine.recall(bank, "Alice ran", trace=True)
+    phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
+    assert phase["duration_seconds"] < 5
+    assert "HINDSIGHT_API_RERANKER_PROVIDER=rrf" in phase["details"]["fallback"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "reranker" in r.getMessage()]
+    assert len(warnings) == 1 and "HINDSIGHT_API_RERANKER_LOCAL_MODEL" in warnings[0]
