@@ -350,7 +350,8 @@ async def test_backend_and_reranker_configured_entirely_in_code(data_dir: Path, 
     with FixtureServer(tei_routes(score=park_first)) as server:
         settings = code_settings(
             data_dir, text_search_extension="native", reranker_provider="tei", reranker_timeout=20,
-            plugins={"native": {"language": "simple", "rank": "ts_rank_cd"}, "tei": {"url": server.url, "batch_size": 1}},
+            plugins={"native": {"language": "simple", "rank": "ts_rank_cd"},
+                     "tei": {"url": server.url, "batch_size": 1}},
         )
         async with Engine(settings) as engine:
             assert (engine.text_search.config.language, engine.text_search.config.rank) == ("simple", "ts_rank_cd")

@@ -90,7 +90,8 @@ def test_missing_url_is_a_startup_error_naming_the_variable(cli_env: dict[str, s
 
 
 
-async def test_a_hung_server_costs_one_reranker_timeout_per_recall(make_settings: Callable[..., Any], bank: str) -> None:
+async def test_a_hung_server_costs_one_reranker_timeout_per_recall(make_settings: Callable[..., Any],
+                                                                   bank: str) -> None:
     import dataclasses
 
     from hindsight_recall import Engine

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from hindsight_recall.errors import MissingSetting
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, required_secret
-from pydantic import Field, SecretStr
 from hindsight_recall.settings import plugin_settings
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from hindsight_recall.errors import RerankerError
 from hindsight_recall.hookspecs import Register, hookimpl
-from pydantic import Field
 from hindsight_recall.settings import plugin_settings
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from hindsight_recall.errors import MissingSetting, RerankerError, RerankerHTTPError
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, RetryPolicy
-from pydantic import Field
 from hindsight_recall.settings import plugin_settings
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:

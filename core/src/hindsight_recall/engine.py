@@ -64,7 +64,8 @@ class Engine:
             else self.plugins.create("embeddings", s.embeddings_provider, s)
         )
         self.rerank = RerankStage(
-            adopt("reranker", reranker) if reranker is not None else self.plugins.create("reranker", s.reranker_provider, s),
+            adopt("reranker", reranker) if reranker is not None
+            else self.plugins.create("reranker", s.reranker_provider, s),
             s,
         )
         self.retrievers: list[Retriever] = [cls(s) for cls in self.plugins.all("retriever")]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator

@@ -90,7 +90,9 @@ class RerankerSuite:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def hr_reranker(cls, hr_plugin_manager: PluginManager, hr_reranker_settings: Settings, hr_run: Run) -> Iterator[Any]:
+    def hr_reranker(
+        cls, hr_plugin_manager: PluginManager, hr_reranker_settings: Settings, hr_run: Run
+    ) -> Iterator[Any]:
         """The reranker, built as the engine builds it and started; closed after the class."""
         reranker = hr_plugin_manager.create("reranker", cls.reranker_name, hr_reranker_settings)
         hr_run(reranker.start())
