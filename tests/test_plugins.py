@@ -408,3 +408,14 @@ def test_plugin_settings_in_code_are_validated_naming_the_variable(data_dir: Pat
         Engine(code_settings(data_dir, reranker_provider="tei", plugins={"tei": {"urll": "http://x"}}))
     with pytest.raises(ConfigError, match="HINDSIGHT_API_RERANKER_TEI_BATCH_SIZE"):
         Engine(code_settings(data_dir, reranker_provider="tei", plugins={"tei": {"url": "http://x", "batch_size": 0}}))
+
+
+def test_the_runtime_never_imports_the_test_kit() -> None:
+    # hindsight_recall.testing (suites, fixtures, the HTTP test server) is only for tests.
+    code = (
+        "import sys, hindsight_recall, hindsight_recall.engine, hindsight_recall.cli, hindsight_recall.http\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hindsight_recall.testing')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
