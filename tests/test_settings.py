@@ -45,6 +45,7 @@ def test_every_field_has_a_tested_default() -> None:
 @pytest.mark.parametrize(("name", "raw", "expected"), [
     ("semantic_min_similarity", "0.5", 0.5), ("ann_iterative_scan", "false", False), ("reranker_provider", " TEI ", "tei"),
     ("recall_budget_fixed_mid", "42", 42), ("database_schema", "memory_2", "memory_2"), ("reranker_on_error", "raise", "raise"),
+    ("reranker_timeout", "2.5", 2.5), ("plugins", '{"tei": {"url": "http://x"}}', {"tei": {"url": "http://x"}}),
 ])
 def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: object) -> None:
     monkeypatch.setenv(f"HINDSIGHT_API_{name.upper()}", raw)
