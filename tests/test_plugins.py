@@ -419,3 +419,21 @@ def test_the_runtime_never_imports_the_test_kit() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+async def test_subclassing_a_protocol_inherits_its_defaults() -> None:
+    from hindsight_recall.protocols import Reranker
+
+    class Explicit(Reranker):
+        name = "explicit"
+
+        def __init__(self, settings: Any = None) -> None:
+            self.settings = settings
+
+        async def score(self, query: str, documents: Any, *, bank_id: str | None = None) -> list[float]:
+            return [0.0] * len(documents)
+
+    manager = get_plugin_manager(load_entry_points=False)
+    manager.register_plugin(Registers(Explicit), "explicit", "explicit-dist", "1.0")
+    reranker = manager.create("reranker", "explicit", load_settings())
+    assert reranker.passthrough is False and await reranker.start() is None and reranker.settings is not None

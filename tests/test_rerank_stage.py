@@ -117,8 +117,10 @@ async def test_a_failed_start_is_retried_with_backoff_until_it_succeeds(make_set
     from hindsight_recall.recall.rerank import Backoff
 
     reranker = FlakyStart(failures=2)
+    now = [0.0]
     async with Engine(make_settings(reranker_on_error=on_error), reranker=reranker) as engine:
-        engine.rerank.backoff = Backoff(base=0.3, cap=0.3)
+        engine.rerank.backoff = Backoff(base=10, cap=15)
+        engine.rerank.clock = lambda: now[0]
         await engine.retain(bank, DOCS)
 
         async def recall() -> dict[str, Any]:
@@ -134,10 +136,13 @@ async def test_a_failed_start_is_retried_with_backoff_until_it_succeeds(make_set
         assert reranker.attempts == 1
         if on_error == "fallback":
             assert "service down (attempt 1)" in first["fallback"] and second["fallback"] == first["fallback"]
-        await asyncio.sleep(0.35)
+        now[0] = 10.0  # the first pause (10 s) is over
         await recall()  # the second attempt fails too
         assert reranker.attempts == 2
-        await asyncio.sleep(0.35)
+        now[0] = 19.0  # the second pause doubled to 20 s
+        await recall()
+        assert reranker.attempts == 2
+        now[0] = 30.0
         body = await engine.recall(bank, "Alice ran", trace=True)
         assert reranker.attempts == 3
         assert "fallback" not in reranking_phase(body)

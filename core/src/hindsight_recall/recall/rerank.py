@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +85,8 @@ class RerankStage:
         self.reranker = reranker
         self.settings = settings
         self.backoff = backoff or Backoff()
+        #: The clock the pauses are measured on (seconds, monotonic).
+        self.clock: Callable[[], float] = time.monotonic
         self._started = False
         self._start_error: str | None = None
         self._failures = 0
@@ -98,11 +100,11 @@ class RerankStage:
         ``RERANKER_ON_ERROR=raise``, on every recall until a start succeeds.
         """
         async with self._lock:
-            if not self._started and time.monotonic() >= self._retry_at:
+            if not self._started and self.clock() >= self._retry_at:
                 await self._attempt()
             error = self._start_error
         if error and self.settings.reranker_on_error == "raise":
-            wait = max(0.0, self._retry_at - time.monotonic())
+            wait = max(0.0, self._retry_at - self.clock())
             raise RerankerError(
                 f"reranker {self.reranker.name!r} failed to start: {error} (next attempt in {wait:.0f} s)"
             )
@@ -114,7 +116,7 @@ class RerankStage:
         except Exception as exc:
             self._failures += 1
             pause = self.backoff.delay(self._failures)
-            self._retry_at = time.monotonic() + pause
+            self._retry_at = self.clock() + pause
             self._start_error = _describe(exc)
             log.warning("reranker %r unavailable (attempt %d), using passthrough; next attempt in %.0f s: %s",
                         self.reranker.name, self._failures, pause, self._start_error)
