@@ -51,9 +51,8 @@ def test_a_broken_plugin_is_recorded_not_fatal(tmp_path: Path, monkeypatch: pyte
     failed = next(r for r in manager.registrations if r.name == "broken_plugin")
     assert failed.status == "error" and "boom at import" in (failed.error or "") and failed.distribution == "broken_plugin"
     assert "native" in manager.names("text_search")
-    monkeypatch.setenv("HINDSIGHT_API_STRICT_PLUGINS", "1")
     with pytest.raises(RuntimeError, match="boom"):
-        get_plugin_manager()
+        get_plugin_manager(strict=True)
 
 
 def test_selecting_a_failed_plugin_reports_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,14 +62,12 @@ def test_selecting_a_failed_plugin_reports_why(tmp_path: Path, monkeypatch: pyte
         get_plugin_manager().get("text_search", "halfway")
 
 
-def test_load_and_disable_plugins_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HINDSIGHT_API_LOAD_PLUGINS", "")
-    assert "native" not in get_plugin_manager().names("text_search")
-    monkeypatch.setenv("HINDSIGHT_API_LOAD_PLUGINS", "native")
-    assert get_plugin_manager().names("text_search") == ["native"]
-    monkeypatch.delenv("HINDSIGHT_API_LOAD_PLUGINS")
-    monkeypatch.setenv("HINDSIGHT_API_DISABLE_PLUGINS", "native")
-    assert "native" not in get_plugin_manager().names("text_search")
+def test_load_and_disable_plugins_in_code() -> None:
+    # The same choices come from HINDSIGHT_API_LOAD_PLUGINS / _DISABLE_PLUGINS (see test_plugins_command_json).
+    assert "native" not in get_plugin_manager(load=[]).names("text_search")
+    assert get_plugin_manager(load=["native"]).names("text_search") == ["native"]
+    assert "native" not in get_plugin_manager(disable=["native"]).names("text_search")
+    assert "native" in get_plugin_manager(disable=[]).names("text_search")
 
 
 class GoodReranker:
@@ -106,7 +103,7 @@ def test_registration_is_validated() -> None:
     assert manager.get("reranker", "by_length") is GoodReranker
     manager.register_plugin(Registers(NotAReranker), "bad", "bad-dist", "1.0")
     failure = next(r for r in manager.registrations if r.plugin == "bad")
-    assert "does not satisfy the Reranker protocol" in (failure.error or "")
+    assert "does not satisfy the Reranker protocol: missing score" in (failure.error or "")
     manager.register_plugin(Registers(GoodReranker), "dupe", "dupe-dist", "1.0")
     duplicate = next(r for r in manager.registrations if r.plugin == "dupe")
     assert "already registered" in (duplicate.error or "") and "good-dist" in (duplicate.error or "")
@@ -181,3 +178,262 @@ async def test_switching_backend_on_a_populated_database_fails_with_instructions
         async with Engine(make_settings(text_search_extension="other_native"), plugins=manager):
             pass
     assert (await engine.recall(alice, "Alice"))["results"]  # the database is untouched
+
+
+class SyncReranker:
+    """Scores synchronously, which would block the event loop."""
+
+    name = "sync"
+
+    def score(self, query: str, documents: list[str], *, bank_id: str | None = None) -> list[float]:
+        return [0.0] * len(documents)
+
+
+class BareBackend:
+    """Declares only the required members of TextSearchBackend."""
+
+    name = "bare"
+    citus_compatible = False
+    supports_cjk = False
+
+    def install_statements(self) -> tuple[str, ...]:
+        return ()
+
+    def session_statements(self) -> tuple[str, ...]:
+        return ()
+
+    def column_type(self) -> str:
+        return "text"
+
+    def index_statements(self) -> tuple[str, ...]:
+        return ()
+
+    def prepare_document(self, document: str) -> str:
+        return document
+
+    def write_expression(self, document_sql: str) -> str:
+        return "NULL::text"
+
+    async def prepare_query(self, query: str, tokens: Any, conn: Any) -> str | None:
+        return None
+
+    def arm_sql(self, *, columns: str, where: str) -> str:
+        return ""
+
+
+def test_a_non_async_score_is_rejected_naming_it() -> None:
+    manager = get_plugin_manager(load_entry_points=False)
+    manager.register_plugin(Registers(SyncReranker), "sync", "sync-dist", "1.0")
+    failure = next(r for r in manager.registrations if r.plugin == "sync")
+    assert "score must be 'async def'" in (failure.error or "")
+    assert "sync" not in manager.names("reranker")
+
+
+def test_a_rejection_names_every_missing_member() -> None:
+    from hindsight_recall.plugins import check_plugin
+
+    class Half:
+        name = "half"
+        citus_compatible = False
+
+        def column_type(self) -> str:
+            return "text"
+
+    with pytest.raises(PluginLoadError) as err:
+        check_plugin("text_search", Half)
+    message = str(err.value)
+    assert "does not satisfy the TextSearchBackend protocol: missing " in message
+    for member in ("arm_sql", "index_statements", "prepare_query", "supports_cjk", "write_expression"):
+        assert member in message
+    assert "column_type" not in message and "ranks_every_match" not in message  # present / optional
+
+
+def test_optional_members_get_their_documented_defaults() -> None:
+    from hindsight_recall.protocols import Reranker, TextSearchBackend, optional_members
+
+    assert optional_members(TextSearchBackend) == {"ranks_every_match": False, "writes_search_vector": True,
+                                                   "runs_on_embedded_server": False, "extensions": ()}
+    assert set(optional_members(Reranker)) == {"passthrough", "start", "close"}
+
+    class Plugin:
+        @hookimpl
+        def register_text_search_backends(self, register: Any) -> None:
+            register(BareBackend)
+
+        @hookimpl
+        def register_rerankers(self, register: Any) -> None:
+            register(GoodReranker)
+
+    manager = get_plugin_manager(load_entry_points=False)
+    manager.register_plugin(Plugin(), "bare", "bare-dist", "1.0")
+    backend = manager.get("text_search", "bare")()
+    assert (backend.ranks_every_match, backend.writes_search_vector, backend.runs_on_embedded_server,
+            backend.extensions) == (False, True, False, ())
+    assert isinstance(backend, __import__("hindsight_recall.protocols").protocols.TextSearchBackend)
+    reranker = manager.get("reranker", "by_length")()
+    assert isinstance(reranker, Reranker)
+
+
+async def test_optional_reranker_methods_default_to_doing_nothing() -> None:
+    from hindsight_recall.plugins import adopt
+
+    class Minimal:
+        name = "minimal"
+
+        async def score(self, query: str, documents: list[str], *, bank_id: str | None = None) -> list[float]:
+            return [1.0] * len(documents)
+
+    reranker = adopt("reranker", Minimal())
+    assert reranker.passthrough is False
+    assert await reranker.start() is None and await reranker.close() is None
+    assert not hasattr(Minimal, "start")  # an instance's defaults stay on the instance
+
+
+def test_entry_point_name_must_equal_the_class_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = (
+        "from hindsight_recall.hookspecs import hookimpl\n"
+        "class R:\n"
+        "    name = 'other_name'\n"
+        "    async def score(self, query, documents, *, bank_id=None):\n"
+        "        return [0.0] * len(documents)\n"
+        "@hookimpl\n"
+        "def register_rerankers(register):\n"
+        "    register(R)\n"
+    )
+    fake_distribution(tmp_path, "misnamed", source, entry="misnamed")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    manager = get_plugin_manager(load=["misnamed"])
+    failure = next(r for r in manager.registrations if r.plugin == "misnamed")
+    assert "is named 'other_name', but its entry point is 'misnamed'" in (failure.error or "")
+    assert "other_name" not in manager.names("reranker")
+    with pytest.raises(PluginLoadError, match="entry point"):
+        get_plugin_manager(load=["misnamed"], strict=True)
+
+
+def test_engine_rejects_a_class_or_a_broken_instance_in_place_of_an_instance() -> None:
+    with pytest.raises(PluginLoadError, match="pass an instance"):
+        Engine(load_settings(reranker_provider="rrf"), reranker=GoodReranker)  # type: ignore[arg-type]
+    with pytest.raises(PluginLoadError, match="missing score"):
+        Engine(load_settings(reranker_provider="rrf"), reranker=NotAReranker())  # type: ignore[arg-type]
+
+
+def drop_hindsight_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for variable in [v for v in os.environ if v.startswith("HINDSIGHT_API_")]:
+        monkeypatch.delenv(variable)
+
+
+def code_settings(data_dir: Path, **values: Any) -> Any:
+    """Core settings built in code only: no HINDSIGHT_API_* variable and no .env file."""
+    import os
+
+    from hindsight_recall.settings import Settings
+
+    return Settings(_env_file=None, embedded_data_dir=data_dir,  # type: ignore[call-arg]
+                    database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"), **values)
+
+
+def park_first(query: str, text: str) -> float:
+    return 5.0 if "park" in text else -5.0
+
+
+MEMORIES = [{"id": "tea", "text": "Alice likes the green tea."}, {"id": "job", "text": "Alice works at Helios."},
+            {"id": "run", "text": "Alice runs in the park."}]
+
+
+async def test_backend_and_reranker_configured_entirely_in_code(data_dir: Path, bank: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from hindsight_recall.testing.http_server import FixtureServer, tei_routes
+
+    drop_hindsight_environment(monkeypatch)
+    with FixtureServer(tei_routes(score=park_first)) as server:
+        settings = code_settings(
+            data_dir, text_search_extension="native", reranker_provider="tei", reranker_timeout=20,
+            plugins={"native": {"language": "simple", "rank": "ts_rank_cd"},
+                     "tei": {"url": server.url, "batch_size": 1}},
+        )
+        async with Engine(settings) as engine:
+            assert (engine.text_search.config.language, engine.text_search.config.rank) == ("simple", "ts_rank_cd")
+            await engine.retain(bank, MEMORIES)
+            body = await engine.recall(bank, "the", trace=True)
+        rerank_requests = server.requests_to("POST", "/rerank")
+    details = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")["details"]
+    assert details["reranker_type"] == "tei" and "fallback" not in details
+    assert body["results"][0]["id"] == "run"  # the server's order
+    # batch_size=1: one request per candidate.
+    assert len(rerank_requests) == details["candidates_reranked"] == 2
+    assert all(len(r.body["texts"]) == 1 for r in rerank_requests)
+    # "the" is a stopword of the default 'english' configuration: only 'simple' finds it by keyword.
+    keyword = [e for e in body["trace"]["retrieval_results"] if e["method_name"] == "keyword"]
+    assert {row["node_id"] for e in keyword for row in e["results"]} == {"tea", "run"}
+
+
+async def test_plugin_instances_configured_in_code(data_dir: Path, bank: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hindsight_recall.testing.http_server import FixtureServer, tei_routes
+    from hindsight_recall_native import NativeBackend, NativeSettings
+    from hindsight_recall_reranker_tei import TEIReranker, TEISettings
+
+    drop_hindsight_environment(monkeypatch)
+    with FixtureServer(tei_routes(score=park_first)) as server:
+        settings = code_settings(data_dir)
+        backend = NativeBackend(settings, NativeSettings(language="simple"))
+        reranker = TEIReranker(settings, TEISettings(url=server.url))
+        async with Engine(settings, text_search=backend, reranker=reranker) as engine:
+            assert engine.settings.reranker_provider == "tei" and engine.text_search is backend
+            await engine.retain(bank, MEMORIES)
+            body = await engine.recall(bank, "Alice")
+        assert server.requests_to("GET", "/info") and server.requests_to("POST", "/rerank")
+    assert body["results"][0]["id"] == "run"
+
+
+def test_a_backend_that_needs_its_own_server_is_configured_in_code(data_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("hindsight_recall_pg_search")
+    pytest.importorskip("hindsight_recall_reranker_cohere")
+    drop_hindsight_environment(monkeypatch)
+    settings = code_settings(
+        data_dir, text_search_extension="pg_search", reranker_provider="cohere",
+        plugins={"pg_search": {"tokenizer": "jieba"}, "cohere": {"api_key": "k", "model": "rerank-v3.5"}},
+    )
+    engine = Engine(settings)  # nothing is opened: the SQL and the request are built from the settings
+    assert "(text::pdb.jieba)" in engine.text_search.index_statements()[0]
+    assert engine.rerank.reranker.config.model == "rerank-v3.5"  # type: ignore[attr-defined]
+
+
+def test_plugin_settings_in_code_are_validated_naming_the_variable(data_dir: Path) -> None:
+    from hindsight_recall import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown setting 'urll' for the 'tei' plugin"):
+        Engine(code_settings(data_dir, reranker_provider="tei", plugins={"tei": {"urll": "http://x"}}))
+    with pytest.raises(ConfigError, match="HINDSIGHT_API_RERANKER_TEI_BATCH_SIZE"):
+        Engine(code_settings(data_dir, reranker_provider="tei", plugins={"tei": {"url": "http://x", "batch_size": 0}}))
+
+
+def test_the_runtime_never_imports_the_test_kit() -> None:
+    # hindsight_recall.testing (suites, fixtures, the HTTP test server) is only for tests.
+    code = (
+        "import sys, hindsight_recall, hindsight_recall.engine, hindsight_recall.cli, hindsight_recall.http\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hindsight_recall.testing')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+async def test_subclassing_a_protocol_inherits_its_defaults() -> None:
+    from hindsight_recall.protocols import Reranker
+
+    class Explicit(Reranker):
+        name = "explicit"
+
+        def __init__(self, settings: Any = None) -> None:
+            self.settings = settings
+
+        async def score(self, query: str, documents: Any, *, bank_id: str | None = None) -> list[float]:
+            return [0.0] * len(documents)
+
+    manager = get_plugin_manager(load_entry_points=False)
+    manager.register_plugin(Registers(Explicit), "explicit", "explicit-dist", "1.0")
+    reranker = manager.create("reranker", "explicit", load_settings())
+    assert reranker.passthrough is False and await reranker.start() is None and reranker.settings is not None

@@ -88,3 +88,23 @@ def test_missing_url_is_a_startup_error_naming_the_variable(cli_env: dict[str, s
     assert result.returncode != 0 and "HINDSIGHT_API_RERANKER_TEI_URL" in result.stderr
 
 
+
+
+async def test_a_hung_server_costs_one_reranker_timeout_per_recall(make_settings: Callable[..., Any],
+                                                                   bank: str) -> None:
+    import dataclasses
+
+    from hindsight_recall import Engine
+
+    rerank = tei_routes()[("POST", "/rerank")]
+    with FixtureServer(tei_routes()) as server:
+        server.route("POST", "/rerank", lambda request: dataclasses.replace(rerank(request), delay=30))
+        settings = make_settings(reranker_provider="tei", reranker_timeout=0.5, plugins={"tei": {"url": server.url}})
+        async with Engine(settings) as engine:
+            await engine.retain(bank, MEMORIES)
+            for _ in range(2):
+                body = await engine.recall(bank, "Alice", trace=True)
+                phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
+                assert "HINDSIGHT_API_RERANKER_TIMEOUT=0.5 s" in phase["details"]["fallback"]
+                assert phase["duration_seconds"] < 3 and len(body["results"]) == 3
+        assert server.requests_to("POST", "/rerank")  # the request did reach the server

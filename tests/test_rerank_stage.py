@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +22,13 @@ def reranking_phase(body: dict[str, Any]) -> dict[str, Any]:
     return next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")["details"]
 
 
-async def test_local_cross_encoder_scores_the_candidates(make_settings: Any, tiny_model: Path, bank: str,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HINDSIGHT_API_RERANKER_LOCAL_MODEL", str(tiny_model))
-    async with Engine(make_settings(reranker_provider="local")) as engine:
+def local(model: Path, **overrides: Any) -> dict[str, Any]:
+    """Settings that select the local reranker with ``model`` (``HINDSIGHT_API_RERANKER_LOCAL_MODEL``)."""
+    return {"reranker_provider": "local", "plugins": {"local": {"model": str(model)}}, **overrides}
+
+
+async def test_local_cross_encoder_scores_the_candidates(make_settings: Any, tiny_model: Path, bank: str) -> None:
+    async with Engine(make_settings(**local(tiny_model))) as engine:
         await engine.retain(bank, [{"id": f"m{i}", "text": f"Alice fact number {i} about running"} for i in range(40)])
         body = await engine.recall(bank, "Alice running", trace=True)
     details = reranking_phase(body)
@@ -35,10 +40,8 @@ async def test_local_cross_encoder_scores_the_candidates(make_settings: Any, tin
     assert components["cross_encoder_score"] is not None
 
 
-async def test_unloadable_model_falls_back_with_the_reason(make_settings: Any, bank: str, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HINDSIGHT_API_RERANKER_LOCAL_MODEL", str(tmp_path / "no-model-here"))
-    async with Engine(make_settings(reranker_provider="local")) as engine:
+async def test_unloadable_model_falls_back_with_the_reason(make_settings: Any, bank: str, tmp_path: Path) -> None:
+    async with Engine(make_settings(**local(tmp_path / "no-model-here"))) as engine:
         await engine.retain(bank, [{"id": "a", "text": "Alice runs."}, {"id": "b", "text": "Alice swims."}])
         body = await engine.recall(bank, "Alice", trace=True)
         details = reranking_phase(body)
@@ -47,10 +50,12 @@ async def test_unloadable_model_falls_back_with_the_reason(make_settings: Any, b
         assert body["results"][0]["scores"]["final"] > body["results"][1]["scores"]["final"] * 0.5
 
 
-async def test_on_error_raise(make_settings: Any, bank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HINDSIGHT_API_RERANKER_LOCAL_MODEL", str(tmp_path / "no-model-here"))
-    async with Engine(make_settings(reranker_provider="local", reranker_on_error="raise")) as engine:
+async def test_on_error_raise(make_settings: Any, bank: str, tmp_path: Path) -> None:
+    async with Engine(make_settings(**local(tmp_path / "no-model-here", reranker_on_error="raise"))) as engine:
         await engine.retain(bank, [{"id": "a", "text": "Alice runs."}])
+        with pytest.raises(RerankerError, match="failed to start"):
+            await engine.recall(bank, "Alice")
+        # Not only once: every recall raises while the reranker cannot start.
         with pytest.raises(RerankerError, match="failed to start"):
             await engine.recall(bank, "Alice")
 
@@ -82,3 +87,113 @@ async def test_wrong_score_count_falls_back(make_settings: Any, bank: str) -> No
         await engine.retain(bank, [{"id": "a", "text": "Alice runs."}, {"id": "b", "text": "Alice swims."}])
         body = await engine.recall(bank, "Alice", trace=True)
     assert "returned 1 scores for 2 documents" in reranking_phase(body)["fallback"]
+
+
+class FlakyStart:
+    """Fails to start ``failures`` times, then starts; scores by document length."""
+
+    name = "flaky"
+    passthrough = False
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts = 0
+
+    async def start(self) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise ConnectionError(f"service down (attempt {self.attempts})")
+
+    async def score(self, query: str, documents: list[str], *, bank_id: str | None = None) -> list[float]:
+        return [float(len(d)) for d in documents]
+
+
+DOCS = [{"id": "short", "text": "Alice ran."}, {"id": "long", "text": "Alice ran a long marathon in Hamburg."}]
+
+
+@pytest.mark.parametrize("on_error", ["fallback", "raise"])
+async def test_a_failed_start_is_retried_with_backoff_until_it_succeeds(make_settings: Any, bank: str,
+                                                                         on_error: str) -> None:
+    from hindsight_recall.recall.rerank import Backoff
+
+    reranker = FlakyStart(failures=2)
+    now = [0.0]
+    async with Engine(make_settings(reranker_on_error=on_error), reranker=reranker) as engine:
+        engine.rerank.backoff = Backoff(base=10, cap=15)
+        engine.rerank.clock = lambda: now[0]
+        await engine.retain(bank, DOCS)
+
+        async def recall() -> dict[str, Any]:
+            if on_error == "raise":
+                with pytest.raises(RerankerError, match="service down"):
+                    await engine.recall(bank, "Alice ran", trace=True)
+                return {}
+            return reranking_phase(await engine.recall(bank, "Alice ran", trace=True))
+
+        first = await recall()
+        assert reranker.attempts == 1
+        second = await recall()  # inside the pause: no new attempt, the same outcome
+        assert reranker.attempts == 1
+        if on_error == "fallback":
+            assert "service down (attempt 1)" in first["fallback"] and second["fallback"] == first["fallback"]
+        now[0] = 10.0  # the first pause (10 s) is over
+        await recall()  # the second attempt fails too
+        assert reranker.attempts == 2
+        now[0] = 19.0  # the second pause doubled to 20 s
+        await recall()
+        assert reranker.attempts == 2
+        now[0] = 30.0
+        body = await engine.recall(bank, "Alice ran", trace=True)
+        assert reranker.attempts == 3
+        assert "fallback" not in reranking_phase(body)
+        assert [r["id"] for r in body["results"]] == ["long", "short"]
+        await engine.recall(bank, "Alice ran")
+        assert reranker.attempts == 3  # started once for good
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    from hindsight_recall.recall.rerank import Backoff
+
+    assert [Backoff(base=1, cap=5).delay(n) for n in (1, 2, 3, 4)] == [1, 2, 4, 5]
+
+
+class Hangs:
+    """Never answers."""
+
+    name = "hangs"
+
+    async def score(self, query: str, documents: list[str], *, bank_id: str | None = None) -> list[float]:
+        await asyncio.sleep(3600)
+        return []
+
+
+@pytest.mark.parametrize("on_error", ["fallback", "raise"])
+async def test_every_score_call_is_bounded_by_the_reranker_timeout(make_settings: Any, bank: str,
+                                                                   on_error: str) -> None:
+    async with Engine(make_settings(reranker_timeout=0.2, reranker_on_error=on_error), reranker=Hangs()) as engine:
+        await engine.retain(bank, DOCS)
+        for _ in range(2):
+            began = time.perf_counter()
+            if on_error == "raise":
+                with pytest.raises(RerankerError, match="HINDSIGHT_API_RERANKER_TIMEOUT=0.2 s"):
+                    await engine.recall(bank, "Alice ran")
+            else:
+                details = reranking_phase(await engine.recall(bank, "Alice ran", trace=True))
+                assert "did not answer within HINDSIGHT_API_RERANKER_TIMEOUT=0.2 s" in details["fallback"]
+            assert time.perf_counter() - began < 5
+
+
+async def test_offline_the_default_hub_model_falls_back_at_once_saying_how_to_fix_it(
+    make_settings: Any, bank: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from huggingface_hub import constants
+
+    assert constants.HF_HUB_OFFLINE  # tests run offline (conftest), as a new user without network does
+    async with Engine(make_settings(reranker_provider="local")) as engine:  # the default hub model
+        await engine.retain(bank, DOCS)
+        body = await engine.recall(bank, "Alice ran", trace=True)
+    phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
+    assert phase["duration_seconds"] < 5
+    assert "HINDSIGHT_API_RERANKER_PROVIDER=rrf" in phase["details"]["fallback"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "reranker" in r.getMessage()]
+    assert len(warnings) == 1 and "HINDSIGHT_API_RERANKER_LOCAL_MODEL" in warnings[0]

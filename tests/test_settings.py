@@ -6,7 +6,9 @@ import logging
 
 import pytest
 from hindsight_recall import ConfigError, load_settings
-from hindsight_recall.settings import BankSettings, Settings
+from hindsight_recall.settings import BankSettings, Settings, plugin_settings
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULTS = {
     "database_url": None, "database_schema": "public", "db_pool_min_size": 5, "db_pool_max_size": 100,
@@ -25,6 +27,7 @@ DEFAULTS = {
     "embeddings_query_prefix": "", "embeddings_passage_prefix": "", "embeddings_batch_size": 64,
     "reranker_provider": "local", "reranker_send_bank_as_header": False, "reranker_on_error": "fallback",
     "model_init_timeout": 300, "embedded_data_dir": None, "embedded_server_settings": "",
+    "reranker_timeout": 30, "plugins": {},
     "recall_budget_function": "fixed", "recall_budget_fixed_low": 100, "recall_budget_fixed_mid": 300,
     "recall_budget_fixed_high": 1000, "recall_budget_adaptive_low": 0.025, "recall_budget_adaptive_mid": 0.075,
     "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,
@@ -43,6 +46,7 @@ def test_every_field_has_a_tested_default() -> None:
 @pytest.mark.parametrize(("name", "raw", "expected"), [
     ("semantic_min_similarity", "0.5", 0.5), ("ann_iterative_scan", "false", False), ("reranker_provider", " TEI ", "tei"),
     ("recall_budget_fixed_mid", "42", 42), ("database_schema", "memory_2", "memory_2"), ("reranker_on_error", "raise", "raise"),
+    ("reranker_timeout", "2.5", 2.5), ("plugins", '{"tei": {"url": "http://x"}}', {"tei": {"url": "http://x"}}),
 ])
 def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: object) -> None:
     monkeypatch.setenv(f"HINDSIGHT_API_{name.upper()}", raw)
@@ -60,6 +64,8 @@ def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: s
     ({"recall_max_concurrent": 0}, "HINDSIGHT_API_RECALL_MAX_CONCURRENT"),
     ({"db_pool_max_size": 0}, "HINDSIGHT_API_DB_POOL_MAX_SIZE"),
     ({"recall_budget_fixed_low": 0}, "HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW"),
+    ({"reranker_timeout": 0}, "HINDSIGHT_API_RERANKER_TIMEOUT"),
+    ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
 ])
 def test_hard_invalid_values_fail_naming_the_variable(overrides: dict, variable: str) -> None:
     with pytest.raises(ConfigError, match=variable):
@@ -108,3 +114,40 @@ def test_unknown_tokenizer_is_a_startup_error() -> None:
     with pytest.raises(ConfigError, match="TOKENIZER_ENCODING"):
         TokenCounter("no_such_encoding")
     assert TokenCounter().count("<|endoftext|> hello") > 2  # special tokens count as text
+
+
+class DemoSettings(BaseSettings):
+    """A plugin's own settings, as a plugin declares them."""
+
+    model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_DEMO_", extra="ignore")
+
+    url: str | None = None
+    batch_size: int = Field(default=8, ge=1)
+
+
+def test_plugin_settings_code_then_environment_then_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert plugin_settings(DemoSettings, "demo").model_dump() == {"url": None, "batch_size": 8}
+    monkeypatch.setenv("HINDSIGHT_API_DEMO_URL", "http://from-env")
+    monkeypatch.setenv("HINDSIGHT_API_DEMO_BATCH_SIZE", "5")
+    # The environment remains the default source of everything the code leaves out.
+    assert plugin_settings(DemoSettings, "demo", Settings()).model_dump() == {"url": "http://from-env", "batch_size": 5}
+    in_code = Settings(plugins={"demo": {"batch_size": 2}})
+    assert plugin_settings(DemoSettings, "demo", in_code).model_dump() == {"url": "http://from-env", "batch_size": 2}
+    ready = DemoSettings(url="http://ready")
+    assert plugin_settings(DemoSettings, "demo", Settings(plugins={"demo": ready})) is ready
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"batch_sise": 2}, "plugins['demo']: unknown setting 'batch_sise' for the 'demo' plugin"),
+    ({"batch_size": 0}, "HINDSIGHT_API_DEMO_BATCH_SIZE: Input should be greater than or equal to 1"),
+    (BankSettings(), "plugins['demo'] is a BankSettings, but the 'demo' plugin expects a DemoSettings"),
+])
+def test_plugin_settings_errors_name_the_setting(values: object, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        plugin_settings(DemoSettings, "demo", Settings(plugins={"demo": values}))
+    assert message in str(err.value)
+
+
+def test_plugin_settings_survive_bank_overrides() -> None:
+    settings = Settings(plugins={"demo": {"url": "http://x"}})
+    assert settings.for_bank({"recall_rrf_k": 9}).plugins == {"demo": {"url": "http://x"}}

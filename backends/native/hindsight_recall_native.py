@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.settings import plugin_settings
 from hindsight_recall.textsearch import INDEX, bigram_cjk_runs, query_terms
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -71,9 +72,16 @@ class NativeBackend:
     runs_on_embedded_server = True
     # ts_rank scores every match (no top-k index), so core may rank all fact types in one pass.
     ranks_every_match = True
+    extensions: tuple[str, ...] = ()
 
     def __init__(self, settings: Settings | None = None, config: NativeSettings | None = None) -> None:
-        self.config = config or NativeSettings()
+        """Read the options; nothing touches the database here.
+
+        :param settings: core settings (``BM25_*`` query options).
+        :param config: this backend's settings; when omitted, ``settings.plugins['native']`` and then the
+            ``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_*`` variables.
+        """
+        self.config = config if config is not None else plugin_settings(NativeSettings, self.name, settings)
         self.language = self.config.language
         self.max_terms = settings.bm25_max_query_terms if settings else 16
         self.selective = settings.bm25_selective_terms if settings else True

@@ -6,11 +6,11 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from hindsight_recall.errors import ConfigError
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.settings import plugin_settings
 from hindsight_recall.textsearch import INDEX, ExtensionBackend
 from hindsight_recall.textsearch import query_terms as word_terms
-from pydantic import ValidationError, field_validator
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -101,15 +101,6 @@ class PgSearchSettings(BaseSettings):
         return parse_tokenizer(value)
 
 
-def load_settings() -> PgSearchSettings:
-    """Read :class:`PgSearchSettings` from the environment; a bad value is a :class:`ConfigError`."""
-    try:
-        return PgSearchSettings()
-    except ValidationError as exc:
-        messages = "; ".join(str(err["msg"]).removeprefix("Value error, ") for err in exc.errors())
-        raise ConfigError(messages) from None
-
-
 class PgSearchBackend(ExtensionBackend):
     """ParadeDB BM25: match queries on text, context and text_signals, ranked by paradedb.score."""
 
@@ -118,8 +109,14 @@ class PgSearchBackend(ExtensionBackend):
     citus_compatible = True
 
     def __init__(self, settings: Settings | None = None, config: PgSearchSettings | None = None) -> None:
+        """Read the options; nothing touches the database here.
+
+        :param settings: core settings (``BM25_MAX_QUERY_TERMS``).
+        :param config: this backend's settings; when omitted, ``settings.plugins['pg_search']`` and then the
+            ``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_*`` variables.
+        """
         super().__init__(settings)
-        self.config = config or load_settings()
+        self.config = config if config is not None else plugin_settings(PgSearchSettings, self.name, settings)
         self.tokenizer = self.config.tokenizer
         self.supports_cjk = handles_cjk(self.tokenizer)
         self.max_terms = settings.bm25_max_query_terms if settings else 16

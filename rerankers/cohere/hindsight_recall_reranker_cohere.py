@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, required_secret
+from hindsight_recall.settings import plugin_settings
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -40,9 +41,10 @@ class CohereReranker(HTTPReranker):
         """Check the settings; nothing is sent before :meth:`score`.
 
         :param settings: core settings (bank header).
-        :param config: this plugin's settings; read from the environment when omitted.
+        :param config: this plugin's settings; when omitted, ``settings.plugins['cohere']`` and then the
+            ``HINDSIGHT_API_RERANKER_COHERE_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config or CohereSettings()
+        self.config = config if config is not None else plugin_settings(CohereSettings, self.name, settings)
         key = required_secret(self.config.api_key, "HINDSIGHT_API_RERANKER_COHERE_API_KEY", "the Cohere API key")
         self._http = RerankHTTP(
             replace(API, extra={"model": self.config.model}),

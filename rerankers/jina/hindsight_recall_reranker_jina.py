@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from hindsight_recall.errors import MissingSetting
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, required_secret
+from hindsight_recall.settings import plugin_settings
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -39,9 +40,10 @@ class JinaReranker(HTTPReranker):
         """Check the settings; nothing is sent before :meth:`score`.
 
         :param settings: core settings (bank header).
-        :param config: this plugin's settings; read from the environment when omitted.
+        :param config: this plugin's settings; when omitted, ``settings.plugins['jina']`` and then the
+            ``HINDSIGHT_API_RERANKER_JINA_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config or JinaSettings()
+        self.config = config if config is not None else plugin_settings(JinaSettings, self.name, settings)
         key = required_secret(self.config.api_key, "HINDSIGHT_API_RERANKER_JINA_API_KEY", "the Jina AI API key")
         if not self.config.base_url:
             raise MissingSetting(

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from hindsight_recall.errors import RerankerError
 from hindsight_recall.hookspecs import Register, hookimpl
+from hindsight_recall.settings import plugin_settings
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -18,6 +22,10 @@ if TYPE_CHECKING:
 
 MODEL_VARIABLE = "HINDSIGHT_API_RERANKER_LOCAL_MODEL"
 INSTALL = "pip install hindsight-recall-reranker-local"
+#: How the message of a model that cannot be had ends: the two ways to fix it.
+FIX = f"set {MODEL_VARIABLE} to a model directory, or HINDSIGHT_API_RERANKER_PROVIDER=rrf to recall without reranking"
+#: Seconds to wait for the hub's TCP port before calling it unreachable.
+HUB_PROBE_TIMEOUT = 3.0
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -62,9 +70,10 @@ class LocalReranker:
         """Remember the settings; the model loads in :meth:`start` or on first use.
 
         :param settings: core settings (``MODEL_INIT_TIMEOUT``).
-        :param config: this plugin's settings; read from the environment when omitted.
+        :param config: this plugin's settings; when omitted, ``settings.plugins['local']`` and then the
+            ``HINDSIGHT_API_RERANKER_LOCAL_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config or LocalSettings()
+        self.config = config if config is not None else plugin_settings(LocalSettings, self.name, settings)
         self.init_timeout = settings.model_init_timeout if settings else 300.0
         self.device: str | None = None
         self._model: Any = None
@@ -120,6 +129,8 @@ class LocalReranker:
         return self._model
 
     def _load(self) -> Any:
+        # Before the heavy imports: a model that cannot be had fails in well under a second.
+        local_only = _check_reachable(self.config.model)
         # torch and sentence-transformers take seconds to import, so only a reranker in use pays for them.
         try:
             import torch
@@ -133,16 +144,62 @@ class LocalReranker:
             return CrossEncoder(
                 self.config.model,
                 device=self.device,
+                local_files_only=local_only,
                 trust_remote_code=self.config.trust_remote_code,
                 model_kwargs={"dtype": torch.float16} if self.config.fp16 else None,
                 # Raw logits: core normalises them (SPEC §9.3), so the model's own sigmoid is skipped.
                 activation_fn=torch.nn.Identity(),
             )
         except Exception as exc:
-            raise RerankerError(
-                f"cannot load the cross-encoder {self.config.model!r} ({exc}); set {MODEL_VARIABLE} to a "
-                "model directory, or make the hub reachable"
-            ) from exc
+            raise RerankerError(f"cannot load the cross-encoder {self.config.model!r} ({exc}); {FIX}") from exc
+
+
+def _check_reachable(model: str) -> bool:
+    """Fail fast when ``model`` is neither a directory, nor cached, nor downloadable; else say if offline.
+
+    Loading a hub name without network makes transformers retry for about 50 s and print a warning
+    per attempt, so the hub is probed once first. Returns true when the model must load from the
+    local cache only.
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return False
+    if path.is_absolute() or model.startswith((".", "~")) or model.count("/") > 1:
+        raise RerankerError(f"there is no cross-encoder directory at {model!r}: {FIX}")
+    try:
+        from huggingface_hub import constants, try_to_load_from_cache  # late: only hub names need it
+    except ImportError:
+        return False  # the import of sentence-transformers then names the missing install
+
+    cached = isinstance(try_to_load_from_cache(model, "config.json"), str)
+    if constants.HF_HUB_OFFLINE:
+        why = "the Hugging Face hub is switched off (HF_HUB_OFFLINE)"
+    elif not _reachable(constants.ENDPOINT):
+        why = f"the Hugging Face hub ({constants.ENDPOINT}) cannot be reached"
+    else:
+        return False
+    if cached:
+        return True
+    raise RerankerError(f"the cross-encoder {model!r} is not on this machine and {why}: {FIX}")
+
+
+def _reachable(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT) -> bool:
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    # Name resolution ignores the socket timeout, so the probe runs in a thread with a bounded wait.
+    thread = threading.Thread(target=probe, name="hindsight-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
 
 
 def _pick_device(torch: Any, config: LocalSettings) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from hindsight_recall.errors import MissingSetting, RerankerError, RerankerHTTPError
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.http import HTTPReranker, RerankAPI, RerankHTTP, RetryPolicy
+from hindsight_recall.settings import plugin_settings
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -44,9 +45,10 @@ class TEIReranker(HTTPReranker):
         """Check the settings; nothing is sent before :meth:`start` or :meth:`score`.
 
         :param settings: core settings (bank header, model start-up bound).
-        :param config: this plugin's settings; read from the environment when omitted.
+        :param config: this plugin's settings; when omitted, ``settings.plugins['tei']`` and then the
+            ``HINDSIGHT_API_RERANKER_TEI_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config or TEISettings()
+        self.config = config if config is not None else plugin_settings(TEISettings, self.name, settings)
         if not self.config.url:
             raise MissingSetting(
                 "HINDSIGHT_API_RERANKER_TEI_URL", "the TEI server's base URL, e.g. http://localhost:8080"

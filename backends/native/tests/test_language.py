@@ -36,12 +36,12 @@ CASES: dict[str, list[tuple[str, list[str]]]] = {
 
 @pytest.mark.parametrize("language", sorted(CASES))
 def test_language_decides_stemming_and_stopwords(
-    language: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hr_run: Callable[[Awaitable[Any]], Any]
+    language: str, tmp_path: Path, hr_run: Callable[[Awaitable[Any]], Any]
 ) -> None:
-    # The variable is the user-facing setting; the backend reads it into its own settings class.
-    monkeypatch.setenv(VARIABLE, language)
+    # The language is the backend's own setting (VARIABLE in the environment), given here in code.
     settings = load_settings(database_url=None, embedded_data_dir=tmp_path / "data",
-                             text_search_extension="native", reranker_provider="rrf")
+                             text_search_extension="native", reranker_provider="rrf",
+                             plugins={"native": {"language": language}})
     bank = f"lang-{uuid.uuid4().hex[:8]}"
 
     async def run() -> dict[str, list[str]]:

@@ -12,8 +12,8 @@ import psycopg
 from sqlalchemy.exc import DBAPIError
 
 from .errors import ConfigError, DatabaseError, RecallTimeout
-from .plugins import PluginManager, get_plugin_manager
-from .protocols import BudgetFunction, EmbeddingProvider, Retriever, TextSearchBackend
+from .plugins import PluginManager, adopt, get_plugin_manager
+from .protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
 from .recall.pipeline import run_recall, warm_date_parser
 from .recall.request import build_request
 from .recall.rerank import RerankStage
@@ -35,18 +35,41 @@ RETRY_DELAYS = (0.5, 1.0, 2.0)
 class Engine:
     """A recall engine over one database. Use ``async with Engine() as engine``.
 
+    Everything can be configured in code: core options as :class:`Settings` fields, a plugin's own
+    options under ``Settings(plugins={"<name>": {...}})``, or a ready plugin instance. Whatever the
+    code leaves out is read from the ``HINDSIGHT_API_*`` environment.
+
     :param settings: core settings (default: read from ``HINDSIGHT_API_*``).
     :param plugins: a plugin manager (default: core defaults plus installed plugins).
+    :param text_search: a text-search backend instance, used instead of ``TEXT_SEARCH_EXTENSION``.
+    :param reranker: a reranker instance, used instead of ``RERANKER_PROVIDER``.
+    :param embedder: an embedding provider instance, used instead of ``EMBEDDINGS_PROVIDER``.
     """
 
-    def __init__(self, settings: Settings | None = None, plugins: PluginManager | None = None) -> None:
-        self.settings = settings or load_settings()
+    def __init__(
+        self, settings: Settings | None = None, plugins: PluginManager | None = None, *,
+        text_search: TextSearchBackend | None = None, reranker: Reranker | None = None,
+        embedder: EmbeddingProvider | None = None,
+    ) -> None:
+        s = settings or load_settings()
+        # The settings name what runs, so that traces and the database's backend check agree.
+        chosen = {"text_search_extension": text_search, "reranker_provider": reranker, "embeddings_provider": embedder}
+        names = {field: getattr(obj, "name", None) for field, obj in chosen.items() if obj is not None}
+        self.settings = s = s.model_copy(update=names) if names else s
         self.plugins = plugins or get_plugin_manager()
-        s = self.settings
-        self.text_search: TextSearchBackend = self.plugins.get("text_search", s.text_search_extension)(s)
-        self.embedder: EmbeddingProvider = self.plugins.get("embeddings", s.embeddings_provider)(s)
-        reranker = self.plugins.get("reranker", s.reranker_provider)(s)
-        self.rerank = RerankStage(reranker, s)
+        self.text_search: TextSearchBackend = (
+            adopt("text_search", text_search) if text_search is not None
+            else self.plugins.create("text_search", s.text_search_extension, s)
+        )
+        self.embedder: EmbeddingProvider = (
+            adopt("embeddings", embedder) if embedder is not None
+            else self.plugins.create("embeddings", s.embeddings_provider, s)
+        )
+        self.rerank = RerankStage(
+            adopt("reranker", reranker) if reranker is not None
+            else self.plugins.create("reranker", s.reranker_provider, s),
+            s,
+        )
         self.retrievers: list[Retriever] = [cls(s) for cls in self.plugins.all("retriever")]
         self._budget_functions = {name: self.plugins.get("budget_function", name) for name in self.plugins.names("budget_function")}
         if s.recall_budget_function not in self._budget_functions:

@@ -1,7 +1,11 @@
 """Hook specifications: one ``register_*`` hook per plugin kind.
 
 Each hook receives a ``register`` callback; call it once per class the plugin provides. Core
-validates every registration (protocol satisfied, unique name) and records failures.
+validates every registration and records failures: the class must have every required member of
+its protocol (the message names the missing ones), its ``async`` methods must be coroutine
+functions, its ``name`` must be unique and, for a plugin loaded from an entry point, equal to the
+entry-point name. Optional protocol members the class leaves out get their documented defaults
+(see :mod:`hindsight_recall.protocols`). Core instantiates a class as ``cls(settings)``.
 """
 
 from __future__ import annotations

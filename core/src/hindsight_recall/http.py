@@ -273,6 +273,10 @@ class HTTPReranker:
         """
         return await self._http.score(query, documents, bank_id=bank_id)
 
+    async def start(self) -> None:
+        """Nothing to load: the first request opens the connection."""
+        return None
+
     async def close(self) -> None:
         """Close the connection pool."""
         await self._http.close()

@@ -10,16 +10,20 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from . import hookspecs
 from .errors import BackendNotFound, PluginLoadError
-from .protocols import KINDS
+from .protocols import KINDS, apply_defaults, missing_members, sync_members
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -89,23 +93,35 @@ class PluginManager:
     sources: dict[str, tuple[str, str]] = field(default_factory=dict)
     strict: bool = False
 
-    def register_plugin(self, plugin: ModuleType | object, name: str, distribution: str, version: str) -> None:
-        """Register one plugin object and collect what its hooks provide."""
+    def register_plugin(
+        self, plugin: ModuleType | object, name: str, distribution: str, version: str, *, entry_point: bool = False
+    ) -> None:
+        """Register one plugin object and collect what its hooks provide.
+
+        :param plugin: a module or object with ``@hookimpl`` functions.
+        :param name: the plugin's name (its entry-point name when loaded from one).
+        :param distribution: the distribution that provides it, for messages.
+        :param version: that distribution's version.
+        :param entry_point: loaded from an entry point: every class it registers must be named ``name``.
+        """
         self.pm.register(plugin, name=name)
         self.sources[name] = (distribution, version)
         for hook_name, kind in HOOK_KINDS.items():
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin_name == name:
-                    self._call_register_hook(impl, kind, name, distribution, version)
+                    self._call_register_hook(impl, kind, name, distribution, version, entry_point)
 
     def unregister_plugin(self, name: str) -> None:
         """Remove a plugin and everything it registered (used by tests)."""
         self.pm.unregister(name=name)
         self.registrations = [r for r in self.registrations if r.plugin != name]
 
-    def _call_register_hook(self, impl: Any, kind: str, plugin: str, dist: str, version: str) -> None:
+    def _call_register_hook(
+        self, impl: Any, kind: str, plugin: str, dist: str, version: str, entry_point: bool = False
+    ) -> None:
         def register(factory: Any) -> None:
-            self._validate(kind, factory, plugin)
+            self._validate(kind, factory, plugin, entry_point)
+            apply_defaults(factory, KINDS[kind][0])
             self.registrations.append(
                 Registration(kind, factory.name, plugin, dist, version, factory=factory)
             )
@@ -115,14 +131,12 @@ class PluginManager:
         except Exception as exc:  # a broken plugin must not take the process down
             self._record_failure(kind, plugin, dist, version, exc)
 
-    def _validate(self, kind: str, factory: Any, plugin: str) -> None:
-        protocol = KINDS[kind][0]
-        name = getattr(factory, "name", None)
-        if not isinstance(name, str) or not name:
-            raise PluginLoadError(f"plugin {plugin!r}: {factory!r} has no string 'name' attribute")
-        if not isinstance(factory, protocol):
+    def _validate(self, kind: str, factory: Any, plugin: str, entry_point: bool = False) -> None:
+        name = check_plugin(kind, factory, f"plugin {plugin!r}: ")
+        if entry_point and name != plugin:
             raise PluginLoadError(
-                f"plugin {plugin!r}: {kind} {name!r} does not satisfy the {protocol.__name__} protocol"
+                f"plugin {plugin!r}: {kind} class {getattr(factory, '__qualname__', factory)!r} is named {name!r}, "
+                f"but its entry point is {plugin!r}; the entry-point name is what users select, so make them equal"
             )
         for other in self.registrations:
             if other.kind == kind and other.name == name and not other.error:
@@ -152,7 +166,7 @@ class PluginManager:
                 self._record_failure("plugin", ep.name, dist, version, exc)
                 continue
             try:
-                self.register_plugin(plugin, ep.name, dist, version)
+                self.register_plugin(plugin, ep.name, dist, version, entry_point=True)
             except Exception as exc:
                 self._record_failure("plugin", ep.name, dist, version, exc)
 
@@ -180,6 +194,59 @@ class PluginManager:
         """Every working class of one kind, in registration order."""
         return [r.factory for r in self.registrations if r.kind == kind and not r.error]
 
+    def create(self, kind: str, name: str, settings: Settings, variable: str | None = None) -> Any:
+        """Instantiate the registered class ``name`` of ``kind`` as ``cls(settings)``.
+
+        :param kind: the plugin kind, e.g. ``"reranker"``.
+        :param name: the selected name.
+        :param settings: core settings; the plugin reads its own options from them
+            (:func:`~hindsight_recall.settings.plugin_settings`).
+        :param variable: the setting that selected it, for the not-found message.
+        """
+        return self.get(kind, name, variable)(settings)
+
+
+def check_plugin(kind: str, obj: Any, where: str = "") -> str:
+    """Check a plugin class or instance against the protocol of ``kind``; return its name.
+
+    Raises :class:`PluginLoadError` naming every missing member, and every method that must be
+    ``async def`` but is not.
+
+    :param kind: the plugin kind, e.g. ``"reranker"``.
+    :param obj: the class (or instance) to check.
+    :param where: a prefix for the message, e.g. ``"plugin 'x': "``.
+    """
+    protocol = KINDS[kind][0]
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name:
+        raise PluginLoadError(f"{where}{obj!r} has no string 'name' attribute")
+    missing = missing_members(obj, protocol)
+    if missing:
+        raise PluginLoadError(
+            f"{where}{kind} {name!r} does not satisfy the {protocol.__name__} protocol: "
+            f"missing {', '.join(missing)}"
+        )
+    blocking = sync_members(obj, protocol)
+    if blocking:
+        raise PluginLoadError(
+            f"{where}{kind} {name!r} does not satisfy the {protocol.__name__} protocol: "
+            f"{', '.join(blocking)} must be 'async def' (a plain function would block the event loop)"
+        )
+    return name
+
+
+def adopt(kind: str, obj: Any) -> Any:
+    """Check a plugin instance made in code and give it the protocol's defaults; return it.
+
+    :param kind: the plugin kind, e.g. ``"text_search"``.
+    :param obj: the instance, e.g. ``TEIReranker(settings, TEISettings(url=...))``.
+    """
+    if isinstance(obj, type):
+        raise PluginLoadError(f"{kind}: pass an instance, not the class {obj.__qualname__!r}")
+    check_plugin(kind, obj)
+    apply_defaults(obj, KINDS[kind][0])
+    return obj
+
 
 def _env_names(variable: str) -> set[str] | None:
     raw = os.environ.get(variable)
@@ -188,21 +255,32 @@ def _env_names(variable: str) -> set[str] | None:
     return {n.strip() for n in raw.split(",") if n.strip()}
 
 
-def get_plugin_manager(*, load_entry_points: bool = True, strict: bool | None = None) -> PluginManager:
+def _env_flag(variable: str) -> bool:
+    return os.environ.get(variable, "").lower() in {"1", "true", "yes"}
+
+
+def get_plugin_manager(
+    *, load_entry_points: bool = True, strict: bool | None = None, load: Iterable[str] | None = None,
+    disable: Iterable[str] | None = None, trace: bool | None = None,
+) -> PluginManager:
     """Build a fresh plugin manager with core's defaults and (optionally) installed plugins.
 
-    Environment: ``HINDSIGHT_API_LOAD_PLUGINS`` is an allowlist of entry-point names (empty loads
-    none), ``HINDSIGHT_API_DISABLE_PLUGINS`` a blocklist, ``HINDSIGHT_API_STRICT_PLUGINS=1``
-    re-raises plugin failures, ``HINDSIGHT_API_TRACE_PLUGINS=1`` logs every hook call.
+    Each argument left as ``None`` comes from the environment: ``HINDSIGHT_API_LOAD_PLUGINS`` is an
+    allowlist of entry-point names (empty loads none), ``HINDSIGHT_API_DISABLE_PLUGINS`` a
+    blocklist, ``HINDSIGHT_API_STRICT_PLUGINS=1`` re-raises plugin failures,
+    ``HINDSIGHT_API_TRACE_PLUGINS=1`` logs every hook call.
 
     :param load_entry_points: also load the ``hindsight_recall`` entry-point group.
-    :param strict: re-raise plugin failures (default from the environment).
+    :param strict: re-raise plugin failures.
+    :param load: the entry-point names to load (an empty list loads none).
+    :param disable: entry-point names to skip.
+    :param trace: log every hook call.
     """
     if strict is None:
-        strict = os.environ.get("HINDSIGHT_API_STRICT_PLUGINS", "").lower() in {"1", "true", "yes"}
+        strict = _env_flag("HINDSIGHT_API_STRICT_PLUGINS")
     pm = pluggy.PluginManager("hindsight_recall")
     pm.add_hookspecs(hookspecs)
-    if os.environ.get("HINDSIGHT_API_TRACE_PLUGINS", "").lower() in {"1", "true", "yes"}:
+    if trace if trace is not None else _env_flag("HINDSIGHT_API_TRACE_PLUGINS"):
         pm.trace.root.setwriter(lambda msg: log.warning("plugin trace: %s", msg.rstrip()))
         pm.enable_tracing()
     manager = PluginManager(pm, strict=strict)
@@ -210,8 +288,9 @@ def get_plugin_manager(*, load_entry_points: bool = True, strict: bool | None = 
     for module_name in DEFAULT_PLUGINS:
         manager.register_plugin(importlib.import_module(module_name), module_name, "hindsight-recall", version)
     if load_entry_points:
-        block = frozenset(_env_names("HINDSIGHT_API_DISABLE_PLUGINS") or ())
-        manager.load_entry_points(_env_names("HINDSIGHT_API_LOAD_PLUGINS"), block)
+        allow = set(load) if load is not None else _env_names("HINDSIGHT_API_LOAD_PLUGINS")
+        block = frozenset(disable if disable is not None else _env_names("HINDSIGHT_API_DISABLE_PLUGINS") or ())
+        manager.load_entry_points(allow, block)
     return manager
 
 

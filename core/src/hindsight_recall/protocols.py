@@ -1,16 +1,24 @@
 """The protocols every plugin implements, one primitive per role.
 
 A plugin registers a *class*; core instantiates it as ``cls(settings)`` with the core
-:class:`~hindsight_recall.settings.Settings`, only when the user selects it. Importing a plugin
-module must stay cheap: heavy libraries are imported in the first method that needs them.
+:class:`~hindsight_recall.settings.Settings`, only when the user selects it. A plugin with options
+of its own reads them with :func:`~hindsight_recall.settings.plugin_settings` (values given in code
+win over its environment variables). Importing a plugin module must stay cheap: heavy libraries are
+imported in the first method that needs them.
+
+Members with a default in a protocol body are optional: a class may leave them out and core sets
+the documented default on it when it is registered (:func:`apply_defaults`). A class may also
+subclass the protocol explicitly to inherit the defaults. :func:`missing_members` names what a
+class lacks; :func:`sync_members` names methods that must be ``async def`` but are not.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from .types import ArmResult, Budget, TimeWindow
 
@@ -19,6 +27,17 @@ if TYPE_CHECKING:
 
     from .settings import Settings
     from .store.db import LimitedConnections
+
+F = TypeVar("F")
+
+
+def optional(func: F) -> F:
+    """Mark a protocol method as optional: its body is the default a plugin class inherits.
+
+    :param func: the method.
+    """
+    func.__optional__ = True  # type: ignore[attr-defined]
+    return func
 
 
 @dataclass(frozen=True)
@@ -80,9 +99,22 @@ class TextSearchBackend(Protocol):
     """
 
     name: str
-    #: Capability flags the compliance suite branches on.
+    #: The backend's SQL works on Citus (distributed tables); the suite branches on it.
     citus_compatible: bool
+    #: Chinese, Japanese and Korean text is found by words of the query; the suite branches on it.
     supports_cjk: bool
+    #: Optional. The arm SQL scores every matching row (no top-k index scan), so core may rank all
+    #: fact types in one statement instead of one per fact type.
+    ranks_every_match: bool = False
+    #: Optional. :meth:`write_expression` fills ``search_vector``; false when the index covers the
+    #: base columns and the column is a dummy.
+    writes_search_vector: bool = True
+    #: Optional. The embedded server (PostgreSQL with pgvector and contrib) can host the backend, so
+    #: the compliance suite runs without ``HINDSIGHT_TEST_DATABASE_URL_<NAME>``.
+    runs_on_embedded_server: bool = False
+    #: Optional. PostgreSQL extensions the backend needs, in install order (informational; core
+    #: runs :meth:`install_statements`).
+    extensions: tuple[str, ...] = ()
 
     def install_statements(self) -> Sequence[str]:
         """Idempotent one-time setup such as ``CREATE EXTENSION``."""
@@ -139,19 +171,41 @@ class Reranker(Protocol):
     """Scores (query, document) pairs; raw scores, higher is better, one per document."""
 
     name: str
-    #: True for the passthrough that keeps the fused order (SPEC §9.3).
-    passthrough: bool
+    #: Optional. True for the passthrough that keeps the fused order (SPEC §9.3); core then never
+    #: calls :meth:`score`.
+    passthrough: bool = False
 
     async def score(
         self, query: str, documents: Sequence[str], *, bank_id: str | None = None
     ) -> list[float]:
         """Score every document against the query, in input order.
 
+        Core bounds each call by ``HINDSIGHT_API_RERANKER_TIMEOUT`` and min-max normalises the raw
+        scores of one recall into [0, 1]; any finite floats will do.
+
         :param query: the recall query.
         :param documents: the pair texts (SPEC §9.1).
         :param bank_id: the bank, for providers that forward it.
         """
         ...
+
+    @optional
+    async def start(self) -> None:
+        """Optional. Load the model or reach the service before the first :meth:`score`.
+
+        Core calls it before the first recall that reranks, bounded by
+        ``HINDSIGHT_API_MODEL_INIT_TIMEOUT``; after a failure it calls it again on a later recall,
+        with a growing pause in between. The default does nothing.
+        """
+        return None
+
+    @optional
+    async def close(self) -> None:
+        """Optional. Release the model or the connection pool; the engine calls it on close.
+
+        The default does nothing.
+        """
+        return None
 
 
 @runtime_checkable
@@ -187,6 +241,79 @@ class EmbeddingProvider(Protocol):
         :param mode: ``"query"`` or ``"passage"``, for providers with prefixes.
         """
         ...
+
+
+#: Methods that must be coroutine functions, per protocol.
+ASYNC_MEMBERS: dict[type, tuple[str, ...]] = {
+    Retriever: ("retrieve",),
+    TextSearchBackend: ("prepare_query",),
+    Reranker: ("score", "start", "close"),
+    EmbeddingProvider: ("embed",),
+}
+
+
+def optional_members(protocol: type) -> dict[str, Any]:
+    """The optional members of a protocol and their defaults (members given a value in its body).
+
+    :param protocol: one of the protocol classes above.
+    """
+    defaults: dict[str, Any] = {}
+    for name in _members(protocol):
+        value = protocol.__dict__.get(name, _NO_DEFAULT)
+        if inspect.isfunction(value) and not getattr(value, "__optional__", False):
+            continue  # a required method: its body is only ``...``
+        if value is not _NO_DEFAULT:
+            defaults[name] = value
+    return defaults
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The required members of ``protocol`` that ``obj`` (a class or an instance) lacks, sorted.
+
+    :param obj: the plugin class or instance.
+    :param protocol: the protocol it should satisfy.
+    """
+    optional = optional_members(protocol)
+    return sorted(name for name in _members(protocol) if name not in optional and not hasattr(obj, name))
+
+
+def sync_members(obj: Any, protocol: type) -> list[str]:
+    """Members that the protocol declares ``async`` but ``obj`` defines as plain functions.
+
+    :param obj: the plugin class or instance.
+    :param protocol: the protocol it should satisfy.
+    """
+    found = []
+    for name in ASYNC_MEMBERS.get(protocol, ()):
+        member = getattr(obj, name, None)
+        if member is not None and not inspect.iscoroutinefunction(member):
+            found.append(name)
+    return found
+
+
+def apply_defaults(obj: Any, protocol: type) -> list[str]:
+    """Set every optional member ``obj`` leaves out to the protocol's default; return their names.
+
+    :param obj: the plugin class (or an instance, for instances handed to the engine).
+    :param protocol: the protocol it satisfies.
+    """
+    applied = []
+    for name, default in optional_members(protocol).items():
+        if not hasattr(obj, name):
+            if inspect.isfunction(default) and not isinstance(obj, type):
+                default = default.__get__(obj)  # bind, since an instance attribute is not bound
+            setattr(obj, name, default)
+            applied.append(name)
+    return applied
+
+
+_NO_DEFAULT = object()
+
+
+def _members(protocol: type) -> list[str]:
+    annotated = list(protocol.__dict__.get("__annotations__", {}))
+    methods = [n for n, v in protocol.__dict__.items() if inspect.isfunction(v) and not n.startswith("_")]
+    return list(dict.fromkeys(annotated + methods))
 
 
 #: Plugin kind -> (protocol, setting that selects it, install-line template).

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -123,7 +124,14 @@ class Settings(BaseSettings, BankSettings):
     reranker_provider: str = "local"
     reranker_send_bank_as_header: bool = False
     reranker_on_error: Literal["fallback", "raise"] = "fallback"
+    #: Seconds one reranker call may take before the recall falls back (or fails, with ``raise``).
+    reranker_timeout: float = Field(30, gt=0)
     model_init_timeout: float = Field(300, gt=0)
+
+    # Plugins
+    #: Plugin name -> that plugin's own settings given in code (a mapping of field names, or an
+    #: instance of its settings class); the plugin's environment variables fill in the rest.
+    plugins: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("database_schema")
     @classmethod
@@ -166,6 +174,14 @@ class Settings(BaseSettings, BankSettings):
     @classmethod
     def _plugin_name(cls, value: str) -> str:
         return value.strip().lower()
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugin_values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name, values in value.items():
+            if not isinstance(values, Mapping | BaseModel):
+                raise ValueError(f"plugins[{name!r}] must be a mapping of setting names to values")
+        return value
 
     @model_validator(mode="after")
     def _iterative_scan_tuples(self) -> Settings:
@@ -243,11 +259,53 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(describe_validation_error(exc)) from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per invalid field, naming its environment variable."""
+def describe_validation_error(exc: ValidationError, prefix: str = PREFIX) -> str:
+    """One line per invalid field, naming its environment variable.
+
+    :param exc: the validation error.
+    :param prefix: the settings class's environment prefix.
+    """
     lines = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "settings"
-        variable = f"{PREFIX}{field.upper()}" if err["loc"] else "settings"
+        variable = f"{prefix}{field.upper()}" if err["loc"] else "settings"
         lines.append(redact(f"{variable}: {err['msg']} (got {err.get('input')!r})"))
     return "Invalid configuration:\n" + "\n".join(lines)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def plugin_settings(model: type[M], name: str, settings: Settings | None = None) -> M:
+    """Build a plugin's own settings: values given in code, then its environment variables, then defaults.
+
+    The code values are ``settings.plugins[name]``, either a mapping of field names or a ready
+    ``model`` instance (returned as it is). A ``model`` that is a pydantic-settings ``BaseSettings``
+    reads its own prefix (e.g. ``HINDSIGHT_API_RERANKER_TEI_``) for fields the code leaves out; that
+    is the only place the environment is consulted, so a plugin constructor calls this instead of
+    reading ``os.environ``. Unknown names and invalid values raise :class:`ConfigError`, naming the
+    variable.
+
+    :param model: the plugin's settings class.
+    :param name: the plugin's name, the key in ``settings.plugins``.
+    :param settings: core settings; ``None`` means no values in code.
+    """
+    given = settings.plugins.get(name) if settings is not None else None
+    if isinstance(given, model):
+        return given
+    if isinstance(given, BaseModel):
+        raise ConfigError(
+            f"plugins[{name!r}] is a {type(given).__name__}, but the {name!r} plugin expects a {model.__name__}"
+        )
+    values = dict(given or {})
+    prefix = str(model.model_config.get("env_prefix", "") or "")
+    unknown = sorted(set(values) - set(model.model_fields))
+    if unknown:
+        raise ConfigError(
+            f"plugins[{name!r}]: unknown setting {unknown[0]!r} for the {name!r} plugin "
+            f"(known: {', '.join(model.model_fields)})"
+        )
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, prefix)) from None

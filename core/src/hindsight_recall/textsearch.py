@@ -102,6 +102,8 @@ class ExtensionBackend:
     writes_search_vector: bool = False
     #: The embedded server (PostgreSQL, pgvector, contrib) can host it; the extension says it cannot.
     runs_on_embedded_server: bool = False
+    #: The arm SQL keeps a top-k per fact type rather than scoring every match.
+    ranks_every_match: bool = False
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings

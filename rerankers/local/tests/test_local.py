@@ -227,3 +227,53 @@ def test_registers_a_reranker_class() -> None:
     assert registered == [LocalReranker]
     assert isinstance(LocalReranker, Reranker)
     assert LocalReranker.name == "local" and LocalReranker.passthrough is False
+
+
+async def test_a_hub_name_offline_fails_fast_with_one_line_that_says_the_fix(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    reranker = LocalReranker(Settings(), LocalSettings(model="cross-encoder/not-cached-here"))
+    began = time.perf_counter()
+    with pytest.raises(RerankerError) as err:
+        await reranker.start()
+    assert time.perf_counter() - began < 3
+    message = str(err.value)
+    assert "\n" not in message and "HF_HUB_OFFLINE" in message
+    assert "HINDSIGHT_API_RERANKER_LOCAL_MODEL" in message and "HINDSIGHT_API_RERANKER_PROVIDER=rrf" in message
+    assert capfd.readouterr().err == ""  # no retry warnings
+
+
+async def test_a_hub_name_without_network_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    with socket.socket() as sock:  # a port that refuses connections: the hub "cannot be reached"
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    reranker = LocalReranker(Settings(), LocalSettings(model="cross-encoder/not-cached-here"))
+    began = time.perf_counter()
+    with pytest.raises(RerankerError, match=rf"hub \(http://127.0.0.1:{port}\) cannot be reached: set "):
+        await reranker.start()
+    assert time.perf_counter() - began < 3
+
+
+async def test_a_missing_model_directory_is_named(tmp_path: Path) -> None:
+    reranker = LocalReranker(Settings(), LocalSettings(model=str(tmp_path / "gone")))
+    with pytest.raises(RerankerError, match=r"no cross-encoder directory at .*gone.*PROVIDER=rrf"):
+        await reranker.start()
+
+
+def test_settings_given_in_code(tiny_model: Path) -> None:
+    reranker = LocalReranker(Settings(plugins={"local": {"model": str(tiny_model), "batch_size": 3}}))
+    assert (reranker.config.model, reranker.config.batch_size) == (str(tiny_model), 3)
+    config = LocalSettings(model=str(tiny_model), fp16=True)
+    assert LocalReranker(Settings(plugins={"local": config})).config is config

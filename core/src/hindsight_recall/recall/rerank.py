@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RerankerError
 from ..hookspecs import hookimpl
-from ..protocols import Reranker
+from ..protocols import Reranker, apply_defaults
 from ..settings import Settings
 from ..types import Candidate
 from .scoring import normalise, passthrough_scores
@@ -29,6 +31,12 @@ class PassthroughReranker:
     async def score(self, query: str, documents: Sequence[str], *, bank_id: str | None = None) -> list[float]:
         return [0.5] * len(documents)
 
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
 
 def pair_text(cand: Candidate) -> str:
     """The document a reranker sees: date prefix, context, then the fact text (SPEC §9.1)."""
@@ -41,37 +49,84 @@ def pair_text(cand: Candidate) -> str:
     return doc
 
 
-class RerankStage:
-    """Starts the reranker once, scores candidates, and falls back to passthrough on failure."""
+@dataclass(frozen=True)
+class Backoff:
+    """The pause before another start-up attempt: ``base``, doubled after each failure, at most ``cap``.
 
-    def __init__(self, reranker: Reranker, settings: Settings) -> None:
+    :param base: seconds after the first failure.
+    :param cap: the longest pause in seconds.
+    """
+
+    base: float = 1.0
+    cap: float = 300.0
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` failed attempts in a row (``failures >= 1``).
+
+        :param failures: failed attempts so far.
+        """
+        return float(min(self.cap, self.base * 2.0 ** (failures - 1)))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class RerankStage:
+    """Starts the reranker, scores candidates, and falls back to passthrough on failure.
+
+    A failed start is tried again on a later recall once its :class:`Backoff` pause has passed;
+    until then recalls fall back at once (or raise, with ``RERANKER_ON_ERROR=raise``). Every
+    :meth:`~hindsight_recall.protocols.Reranker.score` call is bounded by ``RERANKER_TIMEOUT``.
+    """
+
+    def __init__(self, reranker: Reranker, settings: Settings, backoff: Backoff | None = None) -> None:
+        apply_defaults(reranker, Reranker)  # a reranker built outside the plugin manager may omit start/close
         self.reranker = reranker
         self.settings = settings
+        self.backoff = backoff or Backoff()
+        #: The clock the pauses are measured on (seconds, monotonic).
+        self.clock: Callable[[], float] = time.monotonic
         self._started = False
         self._start_error: str | None = None
+        self._failures = 0
+        self._retry_at = 0.0
         self._lock = asyncio.Lock()
 
-    async def start(self) -> None:
-        """Load the model or reach the service, bounded by MODEL_INIT_TIMEOUT; remember a failure."""
+    async def start(self) -> str | None:
+        """Start the reranker unless it runs or waits out a pause; return the start-up failure, if any.
+
+        Bounded by ``MODEL_INIT_TIMEOUT``. Raises :class:`RerankerError` on failure when
+        ``RERANKER_ON_ERROR=raise``, on every recall until a start succeeds.
+        """
         async with self._lock:
-            if self._started:
-                return
-            self._started = True
-            start = getattr(self.reranker, "start", None)
-            if start is None:
-                return
-            try:
-                await asyncio.wait_for(start(), timeout=self.settings.model_init_timeout)
-            except Exception as exc:
-                self._start_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if self.settings.reranker_on_error == "raise":
-                    raise RerankerError(f"reranker {self.reranker.name!r} failed to start: {self._start_error}") from exc
-                log.warning("reranker %r unavailable, using passthrough: %s", self.reranker.name, self._start_error)
+            if not self._started and self.clock() >= self._retry_at:
+                await self._attempt()
+            error = self._start_error
+        if error and self.settings.reranker_on_error == "raise":
+            wait = max(0.0, self._retry_at - self.clock())
+            raise RerankerError(
+                f"reranker {self.reranker.name!r} failed to start: {error} (next attempt in {wait:.0f} s)"
+            )
+        return error
+
+    async def _attempt(self) -> None:
+        try:
+            await asyncio.wait_for(self.reranker.start(), timeout=self.settings.model_init_timeout)
+        except Exception as exc:
+            self._failures += 1
+            pause = self.backoff.delay(self._failures)
+            self._retry_at = self.clock() + pause
+            self._start_error = _describe(exc)
+            log.warning("reranker %r unavailable (attempt %d), using passthrough; next attempt in %.0f s: %s",
+                        self.reranker.name, self._failures, pause, self._start_error)
+        else:
+            if self._failures:
+                log.warning("reranker %r started after %d failed attempts", self.reranker.name, self._failures)
+            self._started, self._start_error, self._failures = True, None, 0
 
     async def close(self) -> None:
-        close = getattr(self.reranker, "close", None)
-        if close is not None:
-            await close()
+        await self.reranker.close()
 
     async def run(self, query: str, candidates: list[Candidate], bank_id: str, passthrough: bool) -> dict[str, Any]:
         """Set ``cross_encoder`` (normalised) on every candidate; return the trace details."""
@@ -79,22 +134,32 @@ class RerankStage:
         if passthrough or self.reranker.passthrough:
             details["reranker_type"] = "rrf"
             return self._passthrough(candidates, details)
-        await self.start()
-        if self._start_error:
-            return self._passthrough(candidates, details, f"fallback: {self._start_error}")
+        start_error = await self.start()
+        if start_error:
+            return self._passthrough(candidates, details, f"fallback: {start_error}")
         try:
-            raw = await self.reranker.score(query, [pair_text(c) for c in candidates], bank_id=bank_id)
-            if len(raw) != len(candidates):
-                raise RerankerError(f"returned {len(raw)} scores for {len(candidates)} documents")
+            raw = await self._score(query, [pair_text(c) for c in candidates], bank_id)
         except Exception as exc:
             if self.settings.reranker_on_error == "raise":
                 raise
-            reason = f"{type(exc).__name__}: {exc}"
+            reason = _describe(exc)
             log.warning("reranker %r failed, using passthrough: %s", self.reranker.name, reason)
             return self._passthrough(candidates, details, f"fallback: {reason}")
         for cand, value, norm in zip(candidates, raw, normalise(raw), strict=True):
             cand.cross_encoder_raw, cand.cross_encoder, cand.reranker_score = float(value), norm, norm
         return details
+
+    async def _score(self, query: str, documents: list[str], bank_id: str) -> list[float]:
+        timeout = self.settings.reranker_timeout
+        try:
+            raw = await asyncio.wait_for(self.reranker.score(query, documents, bank_id=bank_id), timeout)
+        except TimeoutError:
+            raise RerankerError(
+                f"reranker {self.reranker.name!r} did not answer within HINDSIGHT_API_RERANKER_TIMEOUT={timeout:g} s"
+            ) from None
+        if len(raw) != len(documents):
+            raise RerankerError(f"returned {len(raw)} scores for {len(documents)} documents")
+        return raw
 
     @staticmethod
     def _passthrough(candidates: list[Candidate], details: dict[str, Any], reason: str | None = None) -> dict[str, Any]:

@@ -1,14 +1,15 @@
 """Test support for hindsight-recall and its plugins: the compliance suite, fixtures and test doubles.
 
-``TextSearchBackendSuite`` is importable from here; it is loaded on first use, because it imports
-pytest and SQLAlchemy, which code using only the test doubles need not pay for.
+``TextSearchBackendSuite`` and ``RerankerSuite`` are importable from here; each is loaded on first
+use, because they import pytest and the engine, which code using only the test doubles need not
+pay for. Nothing in the runtime package imports ``hindsight_recall.testing``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TextSearchBackendSuite"]
+__all__ = ["RerankerSuite", "TextSearchBackendSuite"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +17,8 @@ def __getattr__(name: str) -> Any:
         from .suite import TextSearchBackendSuite
 
         return TextSearchBackendSuite
+    if name == "RerankerSuite":
+        from .reranker_suite import RerankerSuite
+
+        return RerankerSuite
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

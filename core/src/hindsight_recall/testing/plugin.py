@@ -76,8 +76,8 @@ def hr_database_url(
     if url:
         return url
     backend = hr_plugin_manager.get("text_search", hr_backend_name)
-    # Undeclared means an extension the embedded server lacks: asking for a server is the safe side.
-    if getattr(backend, "runs_on_embedded_server", False):
+    # The protocol's default (False) is the safe side: an undeclared backend asks for a server.
+    if backend.runs_on_embedded_server:
         return None
     pytest.skip(
         f"the {hr_backend_name!r} text-search backend needs a PostgreSQL server with its extension and "

@@ -58,7 +58,9 @@ async def keyword_hits(engine: Any, bank_id: str, query: str, **options: Any) ->
 
 
 def capability(backend: Any, flag: str, default: bool) -> bool:
-    """A backend's capability flag; flags outside the protocol may be missing on older backends.
+    """A backend's capability flag, or ``default`` for an instance that was never registered.
+
+    Registered backends always have every flag: core sets the protocol's defaults on them.
 
     :param backend: the backend instance (instance flags may depend on its settings).
     :param flag: the attribute name, e.g. ``supports_cjk``.
