@@ -121,7 +121,7 @@ class Engine:
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
-            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace`` (see :func:`~hindsight_recall.recall.request.build_request`).
+            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace``, ``limit`` (see :func:`~hindsight_recall.recall.request.build_request`).
         """
         request = build_request(bank_id, query, **options)
         queued = time.perf_counter()

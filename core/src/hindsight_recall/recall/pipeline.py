@@ -114,6 +114,10 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         packed, used, truncated = pack(top, req.max_tokens, lambda c: engine.tokens.count(c.row.text))
+        if req.limit is not None:  # top-k of what fits: the token budget decides first, then the count
+            packed = packed[: req.limit]
+            used = sum(engine.tokens.count(c.row.text) for c in packed)
+            details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
     return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
                                 window=window, lists=lists, ranked=candidates)
