@@ -126,3 +126,10 @@ async def test_library_limit_is_top_k_after_packing(engine: Engine, alice: str) 
 async def test_library_limit_rejects_non_positive_integers(engine: Engine, alice: str, bad: object) -> None:
     with pytest.raises(InvalidRequest, match="limit"):
         await engine.recall(alice, "Alice", limit=bad)
+
+
+def test_demo_legend_names_every_arm_abbreviation() -> None:
+    from hindsight_recall.demo import ARMS, legend
+
+    text = legend()
+    assert all(f"{arm[:3]} = {arm}" in text for arm in ARMS) and "arm#rank" in text
