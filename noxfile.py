@@ -31,7 +31,7 @@ def demo(session: nox.Session) -> None:
     session.run("hindsight-recall", "demo", env=OFFLINE)
 
 
-#: One matrix entry per text-search extension (SPEC §6.2), in the order of docs/backends.md.
+#: One matrix entry per text-search extension, in the order of docs/backends.md.
 EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga", "pg_search")
 SUITE = "all"
 

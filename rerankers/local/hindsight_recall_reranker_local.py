@@ -135,7 +135,7 @@ class LocalReranker:
                 device=self.device,
                 trust_remote_code=self.config.trust_remote_code,
                 model_kwargs={"dtype": torch.float16} if self.config.fp16 else None,
-                # Raw logits: core normalises them (SPEC §9.3), so the model's own sigmoid is skipped.
+                # Raw logits: core normalises them, so the model's own sigmoid is skipped.
                 activation_fn=torch.nn.Identity(),
             )
         except Exception as exc:

@@ -26,7 +26,7 @@ from .types import Memory
 
 log = logging.getLogger(__name__)
 
-#: Back-off before retrying a recall that lost its connection (SPEC §3.2).
+#: Back-off before retrying a recall that lost its connection.
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 
 
@@ -115,7 +115,7 @@ class Engine:
         return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
-        """Return the memories most relevant to ``query``, packed into ``max_tokens`` (SPEC §11 body).
+        """Return the memories most relevant to ``query``, packed into ``max_tokens``.
 
         :param bank_id: the bank; an unknown bank gives an empty result.
         :param query: the question.

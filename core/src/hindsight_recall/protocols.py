@@ -35,7 +35,7 @@ class RetrievalContext:
 
     bank_id: str
     query: str
-    #: Lower-cased word tokens of the query (SPEC §3.1); empty means no keyword arm.
+    #: Lower-cased word tokens of the query; empty means no keyword arm.
     tokens: Sequence[str]
     embedding: Sequence[float]
     fact_types: Sequence[str]
@@ -139,7 +139,7 @@ class Reranker(Protocol):
     """Scores (query, document) pairs; raw scores, higher is better, one per document."""
 
     name: str
-    #: True for the passthrough that keeps the fused order (SPEC §9.3).
+    #: True for the passthrough that keeps the fused order.
     passthrough: bool
 
     async def score(
@@ -148,7 +148,7 @@ class Reranker(Protocol):
         """Score every document against the query, in input order.
 
         :param query: the recall query.
-        :param documents: the pair texts (SPEC §9.1).
+        :param documents: the pair texts.
         :param bank_id: the bank, for providers that forward it.
         """
         ...

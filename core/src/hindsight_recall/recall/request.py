@@ -1,4 +1,4 @@
-"""Recall request validation and query normalisation (SPEC §2, §3.1)."""
+"""Recall request validation and query normalisation."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _types(types: Sequence[str] | None) -> tuple[str, ...]:
     out: list[str] = []
     for t in types:
         t = str(t).strip().lower()
-        if t == "opinion":  # accepted and ignored (SPEC §2)
+        if t == "opinion":  # accepted and ignored
             continue
         if t not in FACT_TYPES:
             raise InvalidRequest("types", f"{t!r} is not one of {', '.join(FACT_TYPES)}")
