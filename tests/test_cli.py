@@ -133,3 +133,13 @@ def test_demo_legend_names_every_arm_abbreviation() -> None:
 
     text = legend()
     assert all(f"{arm[:3]} = {arm}" in text for arm in ARMS) and "arm#rank" in text
+
+
+@pytest.mark.parametrize(("kind", "folder"), [("text_search", "backends"), ("reranker", "rerankers")])
+def test_missing_plugin_says_how_to_install_it_from_the_repository(kind: str, folder: str) -> None:
+    from hindsight_recall import BackendNotFound, get_plugin_manager
+
+    with pytest.raises(BackendNotFound) as err:
+        get_plugin_manager(load_entry_points=False).get(kind, "nope")
+    assert f"pip install -e {folder}/nope" in str(err.value)
+    assert f"#subdirectory={folder}/nope" in str(err.value)

@@ -117,3 +117,31 @@ def test_in_process_registration_example_runs(tutorial: tuple[Path, Path]) -> No
     result = run_python([str(root / "inprocess" / "run.py")], root, root / "empty")
     assert result.returncode == 0, result.stderr[-4000:]
     assert "simplewords found: code" in result.stdout
+
+
+# ---- every distribution can be published -----------------------------------------------------------
+
+ROOT = DOCS.parent
+DISTRIBUTIONS = sorted(p.parent for p in ROOT.glob("*/pyproject.toml")) + sorted(
+    p.parent for p in ROOT.glob("*/*/pyproject.toml") if p.parent.parent.name in {"backends", "rerankers"})
+
+
+@pytest.mark.parametrize("folder", DISTRIBUTIONS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_distribution_metadata_is_publishable(folder: Path) -> None:
+    project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+    core = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())["project"]
+    assert project["name"].startswith("hindsight-recall")
+    assert project["version"] == core["version"], "every distribution is released with the same version"
+    assert project["description"] and project["license"] == "Apache-2.0" and project["requires-python"]
+    readme = project["readme"]
+    assert (folder / readme).is_file() if isinstance(readme, str) else readme["text"].startswith("# ")
+    assert any(c.startswith("Development Status") for c in project["classifiers"])
+    if folder.name != "core":
+        pin = next(d for d in project["dependencies"] if d.startswith("hindsight-recall"))
+        assert f">={core['version']}" in pin and "<" in pin, "plugins bound the core version they were built for"
+        assert list(project["entry-points"]["hindsight_recall"]) == [folder.name], "one entry point named as its folder"
+
+
+def test_changelog_has_the_current_version() -> None:
+    version = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())["project"]["version"]
+    assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text()

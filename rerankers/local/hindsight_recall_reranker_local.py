@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
 
 MODEL_VARIABLE = "HINDSIGHT_API_RERANKER_LOCAL_MODEL"
-INSTALL = "pip install hindsight-recall-reranker-local"
+INSTALL = (
+    "pip install hindsight-recall-reranker-local  (before it is published: pip install -e rerankers/local "
+    'from a clone of the hindsight-recall repository, or pip install "git+<repository URL>#subdirectory=rerankers/local")'
+)
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()

@@ -189,11 +189,20 @@ class EmbeddingProvider(Protocol):
         ...
 
 
+# Until the distributions are on PyPI, the hint also says how to install from the repository.
+_FROM_REPOSITORY = (
+    "pip install {dist}  (before it is published: pip install -e {folder}/{{name}} from a clone of the "
+    'hindsight-recall repository, or pip install "git+<repository URL>#subdirectory={folder}/{{name}}")'
+)
+
 #: Plugin kind -> (protocol, setting that selects it, install-line template).
 KINDS: dict[str, tuple[type, str | None, str | None]] = {
-    "text_search": (TextSearchBackend, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION", "pip install hindsight-recall-{name}"),
-    "reranker": (Reranker, "HINDSIGHT_API_RERANKER_PROVIDER", "pip install hindsight-recall-reranker-{name}"),
+    "text_search": (TextSearchBackend, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION",
+                    _FROM_REPOSITORY.format(dist="hindsight-recall-{name}", folder="backends")),
+    "reranker": (Reranker, "HINDSIGHT_API_RERANKER_PROVIDER",
+                 _FROM_REPOSITORY.format(dist="hindsight-recall-reranker-{name}", folder="rerankers")),
     "retriever": (Retriever, None, None),
     "budget_function": (BudgetFunction, "HINDSIGHT_API_RECALL_BUDGET_FUNCTION", None),
-    "embeddings": (EmbeddingProvider, "HINDSIGHT_API_EMBEDDINGS_PROVIDER", "pip install hindsight-recall-embeddings-{name}"),
+    # No embedding provider is distributed separately, so there is no install line to suggest.
+    "embeddings": (EmbeddingProvider, "HINDSIGHT_API_EMBEDDINGS_PROVIDER", None),
 }
