@@ -145,3 +145,18 @@ def test_distribution_metadata_is_publishable(folder: Path) -> None:
 def test_changelog_has_the_current_version() -> None:
     version = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())["project"]["version"]
     assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+@pytest.mark.parametrize("module", ["local", "tei", "cohere", "jina"])
+def test_every_reranker_setting_is_documented(module: str) -> None:
+    from pydantic_settings import BaseSettings
+
+    plugin = pytest.importorskip(f"hindsight_recall_reranker_{module}")
+    text = (DOCS / "rerankers.md").read_text()
+    classes = [c for c in vars(plugin).values()
+               if isinstance(c, type) and issubclass(c, BaseSettings) and c is not BaseSettings]
+    assert classes
+    for cls in classes:
+        prefix = cls.model_config["env_prefix"]
+        missing = [f"{prefix}{name.upper()}" for name in cls.model_fields if f"{prefix}{name.upper()}" not in text]
+        assert not missing
