@@ -160,3 +160,13 @@ def test_every_reranker_setting_is_documented(module: str) -> None:
         prefix = cls.model_config["env_prefix"]
         missing = [f"{prefix}{name.upper()}" for name in cls.model_fields if f"{prefix}{name.upper()}" not in text]
         assert not missing
+
+
+def test_architecture_names_every_part_of_the_core_package() -> None:
+    import hindsight_recall
+
+    text = (DOCS / "architecture.md").read_text()
+    package = Path(hindsight_recall.__file__).parent
+    parts = [p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()]
+    parts += [p.name for p in package.glob("*.py") if p.name != "__init__.py"]
+    assert [p for p in parts if p not in text] == []
