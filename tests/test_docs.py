@@ -170,3 +170,17 @@ def test_architecture_names_every_part_of_the_core_package() -> None:
     parts = [p.name + "/" for p in package.iterdir() if (p / "__init__.py").is_file()]
     parts += [p.name for p in package.glob("*.py") if p.name != "__init__.py"]
     assert [p for p in parts if p not in text] == []
+
+
+def test_readme_library_example_runs(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"^```python\n(.*?)^```$", readme, re.M | re.S)
+    assert example is not None
+    script = tmp_path / "example.py"
+    script.write_text(example[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HINDSIGHT_")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HINDSIGHT_API_RERANKER_PROVIDER="rrf",
+               HINDSIGHT_API_EMBEDDED_DATA_DIR=str(tmp_path / "data"))
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("job ") and "Alice works at Helios Robotics." in result.stdout
