@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 MODEL_VARIABLE = "HINDSIGHT_API_RERANKER_LOCAL_MODEL"
 INSTALL = (
     "pip install hindsight-recall-reranker-local  (before it is published: pip install -e rerankers/local "
-    'from a clone of the hindsight-recall repository, or pip install "git+<repository URL>#subdirectory=rerankers/local")'
+    "from a clone of the hindsight-recall repository, or "
+    'pip install "git+<repository URL>#subdirectory=rerankers/local")'
 )
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

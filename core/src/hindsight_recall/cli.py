@@ -89,7 +89,7 @@ def retain(file: Path, bank: str | None) -> None:
 @click.option("--chunks", "chunk_tokens", type=click.IntRange(min=0), help="Include source chunks within this many tokens.")
 @click.option("--trace", is_flag=True, help="Include the trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the response body as JSON.")
-@click.option("--limit", type=click.IntRange(min=1), help="Keep at most this many results (after packing to --max-tokens).")
+@click.option("--limit", type=click.IntRange(min=1), help="Keep at most this many results (after --max-tokens).")
 def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp: str | None, types: str | None,
            tags: str | None, tags_match: str, chunk_tokens: int | None, trace: bool, as_json: bool,
            limit: int | None) -> None:

@@ -99,7 +99,7 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
                 c.final = c.rrf_score
         else:
             _score(candidates, now, config)
-            if boosts and not rerank_details.get("passthrough"):  # rank boosts only reorder model scores, never the passthrough order
+            if boosts and not rerank_details.get("passthrough"):  # boosts reorder model scores, not passthrough
                 add_rank_boosts(candidates, boosts)
             candidates.sort(key=lambda c: -c.final)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
