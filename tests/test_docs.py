@@ -101,7 +101,9 @@ def test_tutorial_plugins_pass_their_tests(tutorial: tuple[Path, Path]) -> None:
     import hindsight_recall.testing as kit
 
     root, site = tutorial
+    # Its own --basetemp: the numbered pytest-of-<user> folders are pruned by any other pytest run.
     args = ["-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-rs", "--import-mode=importlib",
+            f"--basetemp={root / 'pytest-tmp'}",
             "hindsight-recall-simplewords/tests", "hindsight-recall-reranker-overlap/tests"]
     if not hasattr(kit, "RerankerSuite"):  # the reranker suite ships with a later core
         args.append("--ignore=hindsight-recall-reranker-overlap/tests/test_suite.py")
