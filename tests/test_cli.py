@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hindsight_recall import Engine, InvalidRequest
 
 
 def cli(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -71,3 +72,74 @@ def test_bank_config_set_and_show(cli_dir: Path) -> None:
     shown = cli("bank", "config", "cfg-bank", data_dir=cli_dir)
     assert json.loads(shown.stdout)["recall_budget_fixed_mid"] == 25
     assert cli("bank", "config", "cfg-bank", "database_url=x", data_dir=cli_dir).returncode != 0
+
+
+def test_recall_limit_keeps_the_top_results(cli_dir: Path, tmp_path: Path) -> None:
+    memories = tmp_path / "limit.jsonl"
+    memories.write_text("\n".join(json.dumps({"id": f"m{i}", "text": f"Alice visited Lisbon, trip number {i}."})
+                                  for i in range(3)) + "\n")
+    assert cli("retain", str(memories), "--bank", "cli-limit", data_dir=cli_dir).returncode == 0
+    result = cli("recall", "Alice Lisbon trip", "--bank", "cli-limit", "--limit", "2", "--json", data_dir=cli_dir)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["results"]) == 2
+
+
+def test_recall_limit_must_be_positive(cli_dir: Path) -> None:
+    result = cli("recall", "x", "--bank", "b", "--limit", "0", data_dir=cli_dir)
+    assert result.returncode == 2 and "--limit" in result.stderr
+
+
+#: Modules of the model stack: seconds to import, needed only to embed, rerank or read dates.
+MODEL_STACK = ("torch", "sentence_transformers", "transformers", "dateparser")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["recall", "--help"], ["bank", "--help"], ["plugins"]],
+                         ids=" ".join)
+def test_cheap_commands_do_not_import_the_model_stack(args: list[str]) -> None:
+    # standalone_mode=False: click returns instead of exiting, so the module list can be printed after.
+    script = (
+        "import sys, json\n"
+        "from hindsight_recall.cli import main\n"
+        f"main({args!r}, standalone_mode=False)\n"
+        f"print(json.dumps([m for m in {MODEL_STACK!r} if m in sys.modules]), file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HINDSIGHT_API_RERANKER_PROVIDER": "local"})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stderr.strip().splitlines()[-1]) == []
+
+
+async def test_library_limit_is_top_k_after_packing(engine: Engine, alice: str) -> None:
+    query = "Where does Alice work?"
+    every = await engine.recall(alice, query, max_tokens=4096)
+    assert len(every["results"]) > 2
+    limited = await engine.recall(alice, query, max_tokens=4096, limit=2, trace=True)
+    assert [r["id"] for r in limited["results"]] == [r["id"] for r in every["results"]][:2]
+    phase = next(p for p in limited["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "token_filtering")
+    assert phase["details"]["limit"] == 2 and phase["details"]["results_selected"] == 2
+    # The token budget applies first: a budget that fits one result gives one, whatever the limit.
+    tight = await engine.recall(alice, query, max_tokens=1, limit=5)
+    assert len(tight["results"]) == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "3"])
+async def test_library_limit_rejects_non_positive_integers(engine: Engine, alice: str, bad: object) -> None:
+    with pytest.raises(InvalidRequest, match="limit"):
+        await engine.recall(alice, "Alice", limit=bad)
+
+
+def test_demo_legend_names_every_arm_abbreviation() -> None:
+    from hindsight_recall.demo import ARMS, legend
+
+    text = legend()
+    assert all(f"{arm[:3]} = {arm}" in text for arm in ARMS) and "arm#rank" in text
+
+
+@pytest.mark.parametrize(("kind", "folder"), [("text_search", "backends"), ("reranker", "rerankers")])
+def test_missing_plugin_says_how_to_install_it_from_the_repository(kind: str, folder: str) -> None:
+    from hindsight_recall import BackendNotFound, get_plugin_manager
+
+    with pytest.raises(BackendNotFound) as err:
+        get_plugin_manager(load_entry_points=False).get(kind, "nope")
+    assert f"pip install -e {folder}/nope" in str(err.value)
+    assert f"#subdirectory={folder}/nope" in str(err.value)

@@ -1,4 +1,4 @@
-"""The numbers of SPEC §14 and the formulas of §3.3, §8, §9 and §10.4."""
+"""The worked numbers and formulas of budgets, fusion, reranking, scoring and packing."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_passthrough_scores_rescale_the_fused_scores_to_one_down_to_a_tenth() ->
 
 
 def test_passthrough_nudges_reorder_near_ties_only() -> None:
-    """±10 % of recency or proximity must not lift the 30th fused result over the 2nd (SPEC §9.3 departure)."""
+    """±10 % of recency or proximity must not lift the 30th fused result over the 2nd."""
     fused = rrf_fuse({"keyword": hits(*(f"m{i}" for i in range(300)))}, k=5)
     ce = passthrough_scores([c.rrf_score for c in fused])
     second = combined(ce[1], 0.5, 0.5, 0.5)
@@ -112,7 +112,7 @@ def test_rrf_weights_scale_an_arms_share() -> None:
     silent = rrf_fuse({"semantic": hits("a"), "temporal": hits("t")}, k=5, weights={"temporal": 0.0})
     assert [c.row.external_id for c in silent] == ["a", "t"] and silent[1].rrf_score == 0.0
     assert silent[1].source_ranks == {"temporal_rank": 1}  # still a candidate, with its rank
-    # With equal weights the SPEC §14 example holds unchanged.
+    # With equal weights the worked example of upstream Hindsight holds unchanged.
     assert rrf_fuse({"semantic": hits("a"), "keyword": hits(*"bcdea")})[0].rrf_score == pytest.approx(0.0318, abs=1e-4)
 
 

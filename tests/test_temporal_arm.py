@@ -1,4 +1,4 @@
-"""The temporal arm (SPEC §6.4): coverage over the window, proximity, spreading, and end to end."""
+"""The temporal arm: coverage over the window, proximity, spreading, and end to end."""
 
 from __future__ import annotations
 

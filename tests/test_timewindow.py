@@ -1,4 +1,4 @@
-"""Query date analysis (SPEC §7): fixed rules, the date finder, Chinese rules and our extensions."""
+"""Query date analysis: fixed rules, the date finder, Chinese rules and our extensions."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _warm_finder() -> None:
     resolve_window("what happened on March 3rd?", REF)
 
 
-# ---- SPEC §7 fixed rules, each family in English and other languages --------------------------------
+# ---- fixed rules, each family in English and other languages --------------------------------
 
 @pytest.mark.parametrize("query", ["What did we do yesterday?", "¿Qué hicimos ayer?", "cosa è successo ieri",
                                    "qu'avons-nous fait hier", "Was haben wir gestern gemacht",

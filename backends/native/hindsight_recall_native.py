@@ -59,9 +59,10 @@ class NativeSettings(BaseSettings):
 class NativeBackend:
     """PostgreSQL tsvector full text search ranked with ts_rank.
 
-    SPEC §6.2 ranks with ``ts_rank_cd``; ``ts_rank`` is the default here because it ranks better on
-    conversational memories (LoCoMo dev: hit_any@10 .671 vs .650, MRR .489 vs .444 for OR-ed terms)
-    and costs 2–7× less per matching row. ``..._NATIVE_RANK=ts_rank_cd`` restores the reference.
+    Upstream Hindsight ranks with ``ts_rank_cd``; ``ts_rank`` is the default here because it ranks
+    better on conversational memories (LoCoMo dev: hit_any@10 .671 vs .650, MRR .489 vs .444 for
+    OR-ed terms) and costs 2–7× less per matching row. ``..._NATIVE_RANK=ts_rank_cd`` restores
+    upstream's ranking.
     """
 
     name = "native"

@@ -29,7 +29,7 @@ class PgTextsearchBackend(ExtensionBackend):
 
     def arm_sql(self, *, columns: str, where: str) -> str:
         # <@> is a distance (the negated BM25 score). A gate next to the ORDER BY ... LIMIT can keep
-        # the index from driving it (SPEC §6.2), so an outer query gates the top rows instead; rows
+        # the index from driving it, so an outer query gates the top rows instead; rows
         # that match nothing score 0 and fail the gate.
         return (
             f"(SELECT * FROM (SELECT {columns}, -({_DISTANCE}) AS bm25_score FROM memory_units "

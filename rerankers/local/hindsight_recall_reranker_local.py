@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
 
 MODEL_VARIABLE = "HINDSIGHT_API_RERANKER_LOCAL_MODEL"
-INSTALL = "pip install hindsight-recall-reranker-local"
+INSTALL = (
+    "pip install hindsight-recall-reranker-local  (before it is published: pip install -e rerankers/local "
+    "from a clone of the hindsight-recall repository, or "
+    'pip install "git+<repository URL>#subdirectory=rerankers/local")'
+)
 #: How the message of a model that cannot be had ends: the two ways to fix it.
 FIX = f"set {MODEL_VARIABLE} to a model directory, or HINDSIGHT_API_RERANKER_PROVIDER=rrf to recall without reranking"
 #: Seconds to wait for the hub's TCP port before calling it unreachable.
@@ -147,7 +151,7 @@ class LocalReranker:
                 local_files_only=local_only,
                 trust_remote_code=self.config.trust_remote_code,
                 model_kwargs={"dtype": torch.float16} if self.config.fp16 else None,
-                # Raw logits: core normalises them (SPEC §9.3), so the model's own sigmoid is skipped.
+                # Raw logits: core normalises them, so the model's own sigmoid is skipped.
                 activation_fn=torch.nn.Identity(),
             )
         except Exception as exc:

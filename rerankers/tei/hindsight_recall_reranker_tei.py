@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 API = RerankAPI(
     provider="tei", documents_key="texts", extra={"return_text": False}, results_key=None, score_key="score"
 )
-#: A self-hosted TEI sheds load with 429/503 and restarts in seconds, so it gets retries (SPEC §9.2).
+#: A self-hosted TEI sheds load with 429/503 and restarts in seconds, so it gets retries.
 RETRY = RetryPolicy(retries=3, base_delay=0.5, max_delay=5.0, jitter=0.5)
 
 

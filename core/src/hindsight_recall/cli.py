@@ -135,8 +135,10 @@ def retain(file: Path, bank: str | None) -> None:
 @click.option("--chunks", "chunk_tokens", type=click.IntRange(min=0), help="Include source chunks within this many tokens.")
 @click.option("--trace", is_flag=True, help="Include the trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the response body as JSON.")
+@click.option("--limit", type=click.IntRange(min=1), help="Keep at most this many results (after --max-tokens).")
 def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp: str | None, types: str | None,
-           tags: str | None, tags_match: str, chunk_tokens: int | None, trace: bool, as_json: bool) -> None:
+           tags: str | None, tags_match: str, chunk_tokens: int | None, trace: bool, as_json: bool,
+           limit: int | None) -> None:
     """Find the memories of BANK most relevant to QUERY."""
 
     async def go() -> dict[str, Any]:
@@ -144,7 +146,7 @@ def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp:
             return await engine.recall(
                 bank, query, budget=budget, max_tokens=max_tokens, query_timestamp=query_timestamp,
                 types=_split(types), tags=_split(tags), tags_match=tags_match, include_chunks=chunk_tokens,
-                trace=trace,
+                trace=trace, limit=limit,
             )
 
     body = run(go)

@@ -27,6 +27,14 @@ def sample_questions() -> list[dict[str, Any]]:
     return list(json.loads(text))
 
 
+def legend() -> str:
+    """How to read an answer line: its final score, then the rank each retrieval arm gave it."""
+    arms = ", ".join(f"{arm[:3]} = {arm}" for arm in ARMS)
+    return ("Each answer: rank, final score (0-1, higher is better), [arm#rank ...], text. "
+            f"arm#rank is the memory's rank in that retrieval arm before fusion ({arms}); "
+            "an arm that did not find the memory is left out.")
+
+
 async def run_demo(
     engine: Any, bank_id: str, echo: Callable[[str], None], top: int = 5, *, replace: bool = False
 ) -> None:
@@ -43,6 +51,7 @@ async def run_demo(
         stats = await engine.retain(bank_id, sample_bank())
         echo(f"Loaded {stats.memories} memories into bank {bank_id!r} in {stats.seconds:.2f} s "
              f"({stats.links} links).")
+        echo(legend())
         for question in sample_questions():
             started = time.perf_counter()
             body = await engine.recall(bank_id, question["query"], query_timestamp=question.get("query_timestamp"),

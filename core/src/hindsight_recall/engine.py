@@ -28,7 +28,7 @@ from .types import Memory
 
 log = logging.getLogger(__name__)
 
-#: Back-off before retrying a recall that lost its connection (SPEC §3.2).
+#: Back-off before retrying a recall that lost its connection.
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 
 
@@ -153,13 +153,13 @@ class Engine:
         raise ConfigError("unreachable")  # pragma: no cover
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
-        """Return the memories most relevant to ``query``, packed into ``max_tokens`` (SPEC §11 body).
+        """Return the memories most relevant to ``query``, packed into ``max_tokens``.
 
         :param bank_id: the bank; an unknown bank raises :class:`~hindsight_recall.errors.BankNotFound`.
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
-            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace`` (see :func:`~hindsight_recall.recall.request.build_request`).
+            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace``, ``limit`` (see :func:`~hindsight_recall.recall.request.build_request`).
         """
         request = build_request(bank_id, query, **options)
         queued = time.perf_counter()

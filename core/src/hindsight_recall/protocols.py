@@ -54,7 +54,7 @@ class RetrievalContext:
 
     bank_id: str
     query: str
-    #: Lower-cased word tokens of the query (SPEC §3.1); empty means no keyword arm.
+    #: Lower-cased word tokens of the query; empty means no keyword arm.
     tokens: Sequence[str]
     embedding: Sequence[float]
     fact_types: Sequence[str]
@@ -171,7 +171,7 @@ class Reranker(Protocol):
     """Scores (query, document) pairs; raw scores, higher is better, one per document."""
 
     name: str
-    #: Optional. True for the passthrough that keeps the fused order (SPEC §9.3); core then never
+    #: Optional. True for the passthrough that keeps the fused order; core then never
     #: calls :meth:`score`.
     passthrough: bool = False
 
@@ -184,7 +184,7 @@ class Reranker(Protocol):
         scores of one recall into [0, 1]; any finite floats will do.
 
         :param query: the recall query.
-        :param documents: the pair texts (SPEC §9.1).
+        :param documents: the pair texts.
         :param bank_id: the bank, for providers that forward it.
         """
         ...
@@ -316,11 +316,20 @@ def _members(protocol: type) -> list[str]:
     return list(dict.fromkeys(annotated + methods))
 
 
+# Until the distributions are on PyPI, the hint also says how to install from the repository.
+_FROM_REPOSITORY = (
+    "pip install {dist}  (before it is published: pip install -e {folder}/{{name}} from a clone of the "
+    'hindsight-recall repository, or pip install "git+<repository URL>#subdirectory={folder}/{{name}}")'
+)
+
 #: Plugin kind -> (protocol, setting that selects it, install-line template).
 KINDS: dict[str, tuple[type, str | None, str | None]] = {
-    "text_search": (TextSearchBackend, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION", "pip install hindsight-recall-{name}"),
-    "reranker": (Reranker, "HINDSIGHT_API_RERANKER_PROVIDER", "pip install hindsight-recall-reranker-{name}"),
+    "text_search": (TextSearchBackend, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION",
+                    _FROM_REPOSITORY.format(dist="hindsight-recall-{name}", folder="backends")),
+    "reranker": (Reranker, "HINDSIGHT_API_RERANKER_PROVIDER",
+                 _FROM_REPOSITORY.format(dist="hindsight-recall-reranker-{name}", folder="rerankers")),
     "retriever": (Retriever, None, None),
     "budget_function": (BudgetFunction, "HINDSIGHT_API_RECALL_BUDGET_FUNCTION", None),
-    "embeddings": (EmbeddingProvider, "HINDSIGHT_API_EMBEDDINGS_PROVIDER", "pip install hindsight-recall-embeddings-{name}"),
+    # No embedding provider is distributed separately, so there is no install line to suggest.
+    "embeddings": (EmbeddingProvider, "HINDSIGHT_API_EMBEDDINGS_PROVIDER", None),
 }

@@ -1,7 +1,7 @@
 """Typed settings, read from ``HINDSIGHT_API_*`` environment variables (and a ``.env`` file).
 
-Hard-invalid values fail at startup naming the variable; soft-invalid ones warn and fall back
-(SPEC §13). Plugins own their own small settings classes with longer prefixes.
+Hard-invalid values fail at startup naming the variable; soft-invalid ones warn and fall back.
+Plugins own their own small settings classes with longer prefixes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ GRAPH_RETRIEVERS = ("link_expansion",)
 
 
 class BankSettings(BaseModel):
-    """The settings a bank may override in ``banks.config`` (SPEC §13, column "bank")."""
+    """The settings a bank may override in ``banks.config``."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -213,7 +213,7 @@ class Settings(BaseSettings, BankSettings):
         return {name: getattr(self, name) for name in BankSettings.model_fields}
 
     def reranker_cap(self, budget: str) -> int:
-        """The pre-rerank cap ``K`` for a budget level (SPEC §8.3)."""
+        """The pre-rerank cap ``K`` for a budget level."""
         per_level: int = getattr(self, f"reranker_max_candidates_{budget}")
         return per_level or self.reranker_max_candidates
 

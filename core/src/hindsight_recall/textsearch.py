@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     from .settings import Settings
 
-#: Every backend's index has this name (SPEC §6.2).
+#: Every backend's index has this name.
 INDEX = "idx_memory_units_text_search"
 
 # Han (with iteration marks and compatibility ideographs), Kana and Hangul. These scripts do not

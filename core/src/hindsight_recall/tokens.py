@@ -1,4 +1,4 @@
-"""Token counting that works offline (SPEC §10.4)."""
+"""Token counting that works offline."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ class Budget(str, Enum):
 
 
 class TagsMatch(str, Enum):
-    """How request tags filter memories (SPEC §5.1)."""
+    """How request tags filter memories."""
 
     ANY = "any"
     ALL = "all"

@@ -1,4 +1,4 @@
-"""The built-in budget functions: ``fixed`` and ``adaptive`` (SPEC §3.3)."""
+"""The built-in budget functions: ``fixed`` and ``adaptive``."""
 
 from __future__ import annotations
 

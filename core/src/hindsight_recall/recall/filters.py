@@ -1,4 +1,4 @@
-"""Tag predicates shared by every arm, applied inside SQL before LIMIT (SPEC §5.1)."""
+"""Tag predicates shared by every arm, applied inside SQL before LIMIT."""
 
 from __future__ import annotations
 

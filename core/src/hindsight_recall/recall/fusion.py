@@ -1,4 +1,4 @@
-"""Per-arm ordering, reciprocal rank fusion and the pre-rerank cap (SPEC §8)."""
+"""Per-arm ordering, reciprocal rank fusion and the pre-rerank cap."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ RRF_K = 60
 #: Fixed arm order inside RRF; arms not listed come after, in registration order.
 ARM_ORDER = ("semantic", "keyword", "graph", "temporal")
 BOOST_DIVISORS = {"low": 2, "medium": 4, "high": 8}
-#: Stage-2 boost per level: (amplitude a, decay d) of ``a × d/(d + r − 1)`` (SPEC §9.5).
+#: Stage-2 boost per level: (amplitude a, decay d) of ``a × d/(d + r − 1)``.
 RANK_BOOSTS = {"low": (0.05, 2), "medium": (0.2, 4), "high": (0.5, 8)}
 #: Strategy names users write -> arm names.
 STRATEGIES = {"semantic": "semantic", "bm25": "keyword", "keyword": "keyword", "graph": "graph", "temporal": "temporal"}
@@ -118,7 +118,7 @@ def rrf_fuse(
 def boosted_key(
     cand: Candidate, boosts: Mapping[str, str], k: int = RRF_K, weights: Mapping[str, float] | None = None
 ) -> float:
-    """RRF score with boosted arms' ranks divided by the level's divisor (SPEC §8.3)."""
+    """RRF score with boosted arms' ranks divided by the level's divisor."""
     key = cand.rrf_score
     for arm, level in boosts.items():
         rank = cand.source_ranks.get(f"{arm}_rank")
@@ -154,7 +154,7 @@ def add_rank_boosts(candidates: Sequence[Candidate], boosts: Mapping[str, str]) 
 
 
 def interleave(lists: Mapping[str, Sequence[Hit]], candidates: Sequence[Candidate]) -> list[Candidate]:
-    """Round-robin over the arms' lists skipping duplicates; ``rrf_score = n − position`` (SPEC §8.2)."""
+    """Round-robin over the arms' lists skipping duplicates; ``rrf_score = n − position``."""
     by_id = {c.row.id: c for c in candidates}
     order: list[Candidate] = []
     seen: set[object] = set()

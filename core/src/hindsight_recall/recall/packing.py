@@ -1,4 +1,4 @@
-"""Fitting ranked results into the token budget (SPEC §10.4)."""
+"""Fitting ranked results into the token budget."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The recall pipeline: arms in parallel, fusion, rerank, scoring and packing (SPEC §3–§11)."""
+"""The recall pipeline: arms in parallel, fusion, rerank, scoring and packing."""
 
 from __future__ import annotations
 
@@ -97,12 +97,12 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
         if req.reranking == "interleave":
             candidates = interleave(lists, candidates)
     with trace.phase("combined_scoring"):
-        if req.reranking == "interleave":  # the interleave order is final (SPEC §9.3)
+        if req.reranking == "interleave":  # the interleave order is final
             for c in candidates:
                 c.final = c.rrf_score
         else:
             _score(candidates, now, config)
-            if boosts and not rerank_details.get("passthrough"):  # SPEC §9.5: not for passthrough
+            if boosts and not rerank_details.get("passthrough"):  # boosts reorder model scores, not passthrough
                 add_rank_boosts(candidates, boosts)
             candidates.sort(key=lambda c: -c.final)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
@@ -111,19 +111,23 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
         candidates = _prefer_observations(req, candidates, 2 * limit)
     top = candidates[: 2 * limit]
     chunks: dict[str, Any] | None = None
-    if req.include_chunks is not None:  # from the truncated list, before packing (SPEC §10.3)
+    if req.include_chunks is not None:  # from the truncated list, before packing
         with trace.phase("chunk_fetch") as details:
             chunks = await fetch_chunks(engine, req, top)
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         packed, used, truncated = pack(top, req.max_tokens, lambda c: engine.tokens.count(c.row.text))
+        if req.limit is not None:  # top-k of what fits: the token budget decides first, then the count
+            packed = packed[: req.limit]
+            used = sum(engine.tokens.count(c.row.text) for c in packed)
+            details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
     return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
                                 window=window, lists=lists, ranked=candidates)
 
 
 async def _window(req: RecallRequest, config: Any, now: datetime) -> TimeWindow | None:
-    """The request's window, else one read from the query, off the event loop (SPEC §7)."""
+    """The request's window, else one read from the query, off the event loop."""
     if not config.enable_temporal_retrieval:
         return None
     if req.temporal_window is not None:
@@ -187,7 +191,7 @@ def _score(candidates: list[Candidate], now: datetime, config: Any) -> None:
 
 
 def _prefer_observations(req: RecallRequest, candidates: list[Candidate], window: int) -> list[Candidate]:
-    """Drop facts that an observation in the first ``window`` results already summarises (SPEC §10.1)."""
+    """Drop facts that an observation in the first ``window`` results already summarises."""
     if not req.prefer_observations or "observation" not in req.types or len(req.types) < 2:
         return candidates
     covered = {sid for c in candidates[:window] if c.row.fact_type == "observation" for sid in c.row.source_memory_ids}

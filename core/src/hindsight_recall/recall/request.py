@@ -1,4 +1,4 @@
-"""Recall request validation and query normalisation (SPEC §2, §3.1)."""
+"""Recall request validation and query normalisation."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ class RecallRequest:
     prefer_observations: bool = False
     reranking: str = "cross_encoder"
     trace: bool = False
+    #: Keep at most this many results after packing; ``None`` keeps every packed result.
+    limit: int | None = None
 
 
 def clean_text(value: str) -> str:
@@ -94,7 +96,7 @@ def _types(types: Sequence[str] | None) -> tuple[str, ...]:
     out: list[str] = []
     for t in types:
         t = str(t).strip().lower()
-        if t == "opinion":  # accepted and ignored (SPEC §2)
+        if t == "opinion":  # accepted and ignored
             continue
         if t not in FACT_TYPES:
             raise InvalidRequest("types", f"{t!r} is not one of {', '.join(FACT_TYPES)}")
@@ -135,6 +137,7 @@ def build_request(
     prefer_observations: bool = False,
     reranking: str = "cross_encoder",
     trace: bool = False,
+    limit: int | None = None,
 ) -> RecallRequest:
     """Validate every field; errors name the field and say why (422, or 400 for timestamps)."""
     validate_bank_id(bank_id)
@@ -168,6 +171,8 @@ def build_request(
     if isinstance(source_facts_per_observation, bool) or not isinstance(source_facts_per_observation, int) \
             or source_facts_per_observation < -1:
         raise InvalidRequest("include.source_facts.max_tokens_per_observation", "must be -1 (unlimited) or >= 0")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidRequest("limit", f"must be a positive integer or None, got {limit!r}")
     return RecallRequest(
         bank_id=bank_id,
         query=query,
@@ -187,4 +192,5 @@ def build_request(
         prefer_observations=bool(prefer_observations),
         reranking=reranking,
         trace=bool(trace),
+        limit=limit,
     )

@@ -1,4 +1,4 @@
-"""The reranking stage, with the ``rrf`` passthrough reranker and graceful fallback (SPEC §9)."""
+"""The reranking stage, with the ``rrf`` passthrough reranker and graceful fallback."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class PassthroughReranker:
 
 
 def pair_text(cand: Candidate) -> str:
-    """The document a reranker sees: date prefix, context, then the fact text (SPEC §9.1)."""
+    """The document a reranker sees: date prefix, context, then the fact text."""
     doc = cand.row.text
     if cand.row.context:
         doc = f"{cand.row.context}: {doc}"

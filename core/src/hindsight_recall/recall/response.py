@@ -1,4 +1,4 @@
-"""Shaping the answer: results, entities, chunks and the trace (SPEC §10.3, §10.6, §11)."""
+"""Shaping the answer: results, entities, chunks and the trace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Score normalisation and the combined final score (SPEC §9.3, §9.4, §9.6)."""
+"""Score normalisation and the combined final score."""
 
 from __future__ import annotations
 

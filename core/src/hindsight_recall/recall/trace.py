@@ -1,4 +1,4 @@
-"""Phase timings and details for the recall trace (SPEC §11.2)."""
+"""Phase timings and details for the recall trace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retain: embed ready-made facts and bulk-load them with their entities, chunks and links (SPEC §0).
+"""Retain: embed ready-made facts and bulk-load them with their entities, chunks and links.
 
 Rows go in with one binary COPY into a staging table and one INSERT ... ON CONFLICT. On a new bank
 the links are computed in a worker thread while the database loads the rows and builds the HNSW

@@ -1,4 +1,4 @@
-"""Links recall follows: semantic kNN, temporal proximity and caller-given causes (SPEC §0).
+"""Links recall follows: semantic kNN, temporal proximity and caller-given causes.
 
 Semantic and temporal links are computed over a whole batch at once in numpy and written with one
 binary COPY; nothing runs once per memory. A new bank needs no database reads at all. A batch into

@@ -1,4 +1,4 @@
-"""The SPEC §1 schema: versioned, idempotent migrations plus the text-search column and bank indexes."""
+"""The database schema: versioned, idempotent migrations plus the text-search column and bank indexes."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def sql_literal(value: str) -> str:
 
 
 def vector_index_statements(bank_id: str, internal_id: str) -> list[str]:
-    """One partial HNSW index per fact type of a bank (SPEC §6.1)."""
+    """One partial HNSW index per fact type of a bank."""
     short = {"world": "worl", "experience": "expr", "observation": "obsv"}
     suffix = internal_id.replace("-", "")[:16]
     return [

@@ -245,7 +245,7 @@ class TextSearchBackendSuite:
 
     @pytest.mark.parametrize(("query", "tokens"), [("", []), ("   ", []), ("?!", ["", " "])])
     def test_no_tokens_skip_the_arm(self, hr_engine: Any, hr_run: Run, query: str, tokens: list[str]) -> None:
-        """A query without word tokens gives no query text, so the arm does not run (SPEC §6.2)."""
+        """A query without word tokens gives no query text, so the arm does not run."""
 
         async def prepare() -> str | None:
             async with hr_engine.db.connect() as conn:

@@ -1,7 +1,7 @@
-"""Calendar arithmetic and the fixed rules that turn a normalised query into a date span (SPEC §7).
+"""Calendar arithmetic and the fixed rules that turn a normalised query into a date span.
 
 Rules are tried in priority order and the first match that resolves wins. Ranges ("since …") come
-first because they contain other expressions; the SPEC §7 table comes after the longer forms that
+first because they contain other expressions; the fixed table of phrases comes after the longer forms that
 contain its phrases ("the first half of last year" must not stop at "last year").
 """
 
@@ -33,7 +33,7 @@ from ._words import (
 Span = tuple[date, date]
 K = TypeVar("K")
 
-#: Open-ended ranges reach this far; SPEC §7 bounds bare years the same way.
+#: Open-ended ranges reach this far; bare years are bounded the same way.
 PAST_YEARS = 120
 FUTURE_YEARS = 20
 
@@ -99,7 +99,7 @@ def open_start(ctx: Ctx) -> date:
 
 
 def in_year_range(year: int, ctx: Ctx) -> bool:
-    """Whether a 4-digit number is a plausible year: R.year−120 … R.year+20 (SPEC §7)."""
+    """Whether a 4-digit number is a plausible year: R.year−120 … R.year+20."""
     return ctx.today.year - PAST_YEARS <= year <= ctx.today.year + FUTURE_YEARS
 
 
@@ -296,7 +296,7 @@ def _days(m: re.Match[str], ctx: Ctx) -> Span | None:
 
 def _month_year(m: re.Match[str], ctx: Ctx) -> Span | None:
     year = int(m["y"])
-    # SPEC §7: a month name preceded by a day number is a single day, left to the date finder.
+    # A month name preceded by a day number is a single day, left to the date finder.
     if year < 1 or _DAY_BEFORE.search(m.string[max(0, m.start() - 16):m.start()]):
         return None
     return month_span(year, _month_no(m["mon"]))

@@ -1,4 +1,4 @@
-"""Chinese date expressions, tried before everything else for queries with CJK ideographs (SPEC §7).
+"""Chinese date expressions, tried before everything else for queries with CJK ideographs.
 
 Covers relative days (昨天, 前天), weeks (上周, 本周三, 上周末), months (上个月), years (去年, 前年),
 quarters (2023年第三季度, 上季度), halves (去年下半年), "N units ago" (三天前, 两个月前), "the last N

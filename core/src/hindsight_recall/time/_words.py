@@ -176,7 +176,7 @@ CONTEXT = r"in|on|of|during|since|until|by|before|after|last|next|this|early|mid
 #: is "here", not the French "yesterday".
 FALSE_FRIENDS: Mapping[str, str] = {"hier": r"ist|sind|wir|ich|und|das|der|nicht|haben|habe|wo|wer|bin|hat"}
 
-# ---- scoring words of the date finder (SPEC §7 step 4), with es/it/fr/de/ru equivalents -----------
+# ---- scoring words of the date finder, with es/it/fr/de/ru equivalents -----------
 
 WEEKDAYS = (
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|mon|tues?|wed|thu|thurs?|fri|sat|sun"

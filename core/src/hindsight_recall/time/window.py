@@ -1,11 +1,11 @@
-"""Resolve the date window a recall query talks about (SPEC §7).
+"""Resolve the date window a recall query talks about.
 
 Order: NFKC + lower-case; Chinese rules for text with CJK ideographs; a cheap keyword gate (no digit
 and no date word ⇒ no window, without loading the date finder); the fixed rules; then dateparser's
-``search_dates`` with the SPEC §7 scoring, whose winning match gives a one-day window. Windows are
+``search_dates`` scored by the words around each match, whose winning match gives a one-day window. Windows are
 whole UTC days: start 00:00:00, end 23:59:59.999999. Any error means no window.
 
-Beyond the SPEC §7 table, and our own choices **[D]**:
+Beyond the fixed table of phrases ("yesterday", "last week", "in 2023", ...), our own choices **[D]**:
 
 - Seasons are meteorological; northern: spring Mar–May, summer Jun–Aug, autumn/fall Sep–Nov,
   winter Dec–Feb; ``southern_hemisphere`` shifts them by six months. "<season> <year>" is the
@@ -74,7 +74,7 @@ _AFTER_CONTEXT = re.compile(rf"\b(?:{CONTEXT})\s+$")
 _GATE_CONTEXT = re.compile(rf"\b(?:{CONTEXT})\s+(?:the\s+)?$")
 _THEN_DIGIT = re.compile(r"\.?,?\s*\d")
 _MONTH_WORDS = re.compile(rf"\b(?:{alt(MONTHS.values())})\b")
-#: Finder scoring (SPEC §7 step 4): points per kind of word in a match.
+#: Finder scoring: points per kind of word in a match.
 _SCORES: tuple[tuple[re.Pattern[str], int], ...] = (
     (_MONTH_WORDS, 50),
     (re.compile(rf"\b(?:{NOW_WORDS})\b"), 50),
@@ -115,14 +115,14 @@ def resolve_window(
                 span = (day, day) if day else None
         return _window(span) if span else None
     except Exception:
-        # SPEC §7: analysis never fails a recall; it only loses the temporal arm.
+        # Analysis never fails a recall; it only loses the temporal arm.
         logger.debug("date analysis failed for %r", query[:200] if isinstance(query, str) else query,
                      exc_info=True)
         return None
 
 
 def score_match(phrase: str) -> int:
-    """Score one date-finder match (SPEC §7 step 4); 0 means "not a date".
+    """Score one date-finder match; 0 means "not a date".
 
     :param phrase: the matched text, normalised and lower-cased.
     """

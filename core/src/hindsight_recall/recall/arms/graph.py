@@ -1,4 +1,4 @@
-"""The graph arm: link expansion from the query's nearest memories (SPEC §6.3).
+"""The graph arm: link expansion from the query's nearest memories.
 
 Per fact type, up to 20 *seeds* (similarity ≥ ``GRAPH_SEED_MIN_SIMILARITY``, passing the filters)
 are expanded to the other memories of that type they reach:

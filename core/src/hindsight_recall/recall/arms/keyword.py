@@ -1,4 +1,4 @@
-"""The keyword arm: full text search through the selected text-search backend (SPEC §6.2)."""
+"""The keyword arm: full text search through the selected text-search backend."""
 
 from __future__ import annotations
 

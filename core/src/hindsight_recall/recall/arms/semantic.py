@@ -1,4 +1,4 @@
-"""The semantic arm: pgvector cosine search per fact type (SPEC §6.1)."""
+"""The semantic arm: pgvector cosine search per fact type."""
 
 from __future__ import annotations
 

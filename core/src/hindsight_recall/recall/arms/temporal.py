@@ -1,4 +1,4 @@
-"""The temporal arm: memories dated inside the query's window, spread over it, then along links (SPEC §6.4).
+"""The temporal arm: memories dated inside the query's window, spread over it, then along links.
 
 1. A pool per fact type: up to 60 rows whose dates touch the window, most similar first.
 2. Up to 10 entry points taken round-robin over 8 equal time buckets, so one busy week cannot
@@ -45,7 +45,8 @@ LINK_FACTORS: dict[str, float] = {
     "causes": 2.0, "caused_by": 2.0, "enables": 1.5, "prevents": 1.5, "temporal": 1.0,
 }
 
-# Written exactly as SPEC §6.4; each arm is a range on one partial (bank_id, fact_type, <col>) index.
+# A memory touches the window when its occurrence span overlaps it or its mention date, start or end falls
+# in it; each arm is a range on one partial (bank_id, fact_type, <col>) index.
 _TOUCHES_WINDOW = (
     "((occurred_start IS NOT NULL AND occurred_end IS NOT NULL "
     "AND occurred_start <= :window_end AND occurred_end >= :window_start) "
@@ -136,7 +137,7 @@ class _Reached:
 
 @dataclass
 class _Spreading:
-    """One fact type's spreading state (SPEC §6.4 step 4): its hits so far, frontier and node budget."""
+    """One fact type's spreading state: its hits so far, frontier and node budget."""
 
     fact_type: str
     pool_size: int
