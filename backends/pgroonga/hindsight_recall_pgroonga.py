@@ -36,15 +36,19 @@ HITS_DDL = (
 
 #: English function words (PostgreSQL's english.stop). OR-ed into the query they match nearly every
 #: memory and add a point each to its score, so they are dropped unless the query has nothing else.
-STOP_WORDS = frozenset(
-    "i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her "
-    "hers herself it its itself they them their theirs themselves what which who whom this that these "
-    "those am is are was were be been being have has had having do does did doing a an the and but if "
-    "or because as until while of at by for with about against between into through during before after "
-    "above below to from up down in out on off over under again further then once here there when where "
-    "why how all any both each few more most other some such no nor not only own same so than too very "
-    "s t can will just don should now".split()
-)
+STOP_WORDS = frozenset((
+    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself",
+    "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself",
+    "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that",
+    "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had",
+    "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as",
+    "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through",
+    "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off",
+    "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how",
+    "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not",
+    "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don", "should",
+    "now",
+))
 
 
 def content_terms(terms: Sequence[str]) -> list[str]:

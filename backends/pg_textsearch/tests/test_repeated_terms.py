@@ -13,7 +13,9 @@ from hindsight_recall.testing.suite import RANKING, Run, keyword_hits
 class TestRepeatedTerms:
     backend_name = "pg_textsearch"
 
-    def test_a_repeated_word_does_not_inflate_the_score(self, hr_engine: Any, hr_run: Run, hr_bank: str) -> None:
+    def test_a_repeated_word_does_not_inflate_the_score(
+        self, hr_engine: Any, hr_run: Run, hr_bank: str
+    ) -> None:
         hr_run(hr_engine.retain(hr_bank, RANKING))
         once = hr_run(keyword_hits(hr_engine, hr_bank, "solar panel"))
         repeated = hr_run(keyword_hits(hr_engine, hr_bank, "solar solar Solar panel SOLAR"))

@@ -107,6 +107,8 @@ async def test_prepare_query_sends_each_word_once(query: str, tokens: list[str],
     assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) == expected
 
 
-@pytest.mark.parametrize(("query", "tokens"), [("", []), ("?!", []), ("\x00 \x00", ["\x00"]), ("&", ["&", ""])])
+@pytest.mark.parametrize(
+    ("query", "tokens"), [("", []), ("?!", []), ("\x00 \x00", ["\x00"]), ("&", ["&", ""])]
+)
 async def test_prepare_query_without_words_skips_the_arm(query: str, tokens: list[str]) -> None:
     assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) is None

@@ -22,7 +22,9 @@ from sqlalchemy.engine import make_url
 
 URL = os.environ.get("HINDSIGHT_TEST_DATABASE_URL_PGROONGA", "").strip()
 
-pytestmark = pytest.mark.skipif(not URL, reason="set HINDSIGHT_TEST_DATABASE_URL_PGROONGA to a PGroonga server")
+pytestmark = pytest.mark.skipif(
+    not URL, reason="set HINDSIGHT_TEST_DATABASE_URL_PGROONGA to a PGroonga server"
+)
 
 
 @pytest.fixture
