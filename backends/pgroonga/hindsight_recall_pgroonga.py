@@ -11,17 +11,64 @@ from hindsight_recall.textsearch import INDEX, ExtensionBackend, query_terms
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-#: The indexed document. The arm repeats it verbatim: the planner only uses the index for an
+#: The indexed document. The search repeats it verbatim: the planner only uses the index for an
 #: identical expression, and without the index pgroonga_score silently reads 0.
 DOCUMENT = "COALESCE(text, '') || ' ' || COALESCE(context, '') || ' ' || COALESCE(text_signals, '')"
 
+#: The function the arm calls for the scored matches of one bank.
+HITS_FUNCTION = "hindsight_pgroonga_hits"
+
+#: Groonga's relevance scorer, summed over the query's OR-ed terms ($index is PGroonga's placeholder).
+SCORER = "scorer_tf_idf($index)"
+
+# pgroonga_score has a value only while a PGroonga index or bitmap scan produces the row; under a
+# sequential scan (a small or never-analysed table) every match would score 0. The function plans
+# its query on every call with sequential scans off, and OFFSET 0 keeps the bank predicate out of
+# the scan, so the PGroonga index is the only path left and the score does not depend on the plan.
+HITS_DDL = (
+    f"CREATE OR REPLACE FUNCTION {HITS_FUNCTION}(text, text) "
+    "RETURNS TABLE (hit_id uuid, hit_score double precision) "
+    "LANGUAGE sql STABLE SET enable_seqscan = off AS $hits$ "
+    "SELECT id, score FROM (SELECT id, bank_id, pgroonga_score(tableoid, ctid) AS score FROM memory_units "
+    f"WHERE ({DOCUMENT}) &@~ pgroonga_condition($1, scorers => ARRAY['{SCORER}'], index_name => '{INDEX}') "
+    "OFFSET 0) AS matched WHERE bank_id = $2 $hits$"
+)
+
+#: English function words (PostgreSQL's english.stop). OR-ed into the query they match nearly every
+#: memory and add a point each to its score, so they are dropped unless the query has nothing else.
+STOP_WORDS = frozenset((
+    "i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours", "yourself",
+    "yourselves", "he", "him", "his", "himself", "she", "her", "hers", "herself", "it", "its", "itself",
+    "they", "them", "their", "theirs", "themselves", "what", "which", "who", "whom", "this", "that",
+    "these", "those", "am", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had",
+    "having", "do", "does", "did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as",
+    "until", "while", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through",
+    "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off",
+    "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how",
+    "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not",
+    "only", "own", "same", "so", "than", "too", "very", "s", "t", "can", "will", "just", "don", "should",
+    "now",
+))
+
+
+def content_terms(terms: Sequence[str]) -> list[str]:
+    """``terms`` without stop words; all of them when every term is one (e.g. "who are they").
+
+    :param terms: distinct lower-case query terms.
+    """
+    content = [term for term in terms if term not in STOP_WORDS]
+    return content or list(terms)
+
 
 class PgroongaBackend(ExtensionBackend):
-    """PGroonga ``&@~`` query over the document expression, ranked by pgroonga_score."""
+    """PGroonga ``&@~`` query over the document expression, ranked by Groonga's TF-IDF scorer."""
 
     name = "pgroonga"
     extensions = ("pgroonga",)
     supports_cjk = True
+
+    def install_statements(self) -> Sequence[str]:
+        return (*super().install_statements(), HITS_DDL)
 
     def index_statements(self) -> Sequence[str]:
         return (
@@ -30,7 +77,7 @@ class PgroongaBackend(ExtensionBackend):
         )
 
     async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
-        terms = query_terms(tokens)
+        terms = content_terms(query_terms(tokens))
         if not terms:
             return None
         # Terms are lower case, so none of them is the query-syntax keyword OR; the SQL still
@@ -38,12 +85,12 @@ class PgroongaBackend(ExtensionBackend):
         return " OR ".join(terms)
 
     def arm_sql(self, *, columns: str, where: str) -> str:
-        # The outer query gates the top rows: pgroonga_score has a value only in the scan's result.
+        # The function scores the bank's matches; the join reads their rows under core's filters.
         return (
-            f"(SELECT * FROM (SELECT {columns}, pgroonga_score(tableoid, ctid) AS bm25_score "
-            f"FROM memory_units WHERE {where} AND ({DOCUMENT}) &@~ pgroonga_query_escape(:query_text) "
-            f"ORDER BY bm25_score DESC, id LIMIT :limit) AS pgroonga_hits "
-            f"WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
+            f"(SELECT {columns}, hits.hit_score AS bm25_score "
+            f"FROM {HITS_FUNCTION}(pgroonga_query_escape(:query_text), :bank_id) AS hits "
+            f"JOIN memory_units ON memory_units.id = hits.hit_id "
+            f"WHERE {where} AND hits.hit_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
         )
 
 

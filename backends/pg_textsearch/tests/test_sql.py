@@ -93,17 +93,22 @@ HOSTILE = "what & | ! ( ) : * < > ' \\ did alice say"
 @pytest.mark.parametrize(
     ("query", "tokens", "expected"),
     [
-        ("What did Alice adopt?", ["what", "did", "alice", "adopt"], "What did Alice adopt?"),
-        (HOSTILE, ["what", "did", "alice", "say"], HOSTILE),
-        ("idx_other:cats", ["idx_other", "cats"], "idx_other:cats"),
+        ("What did Alice adopt?", ["what", "did", "alice", "adopt"], "what did alice adopt"),
+        (HOSTILE, ["what", "did", "alice", "say"], "what did alice say"),
+        ("idx_other:cats", ["idx_other", "cats"], "idx_other cats"),
         ("cat\x00dog", ["cat", "dog"], "cat dog"),
         ("東京タワー", ["東京タワー"], "東京タワー"),
+        # A repeated word is sent once: to_bm25query would count every occurrence.
+        ("solar Solar SOLAR panel solar", ["solar", "solar", "solar", "panel", "solar"], "solar panel"),
+        ("a&b a", ["a&b", "a"], "a b"),
     ],
 )
-async def test_prepare_query_passes_the_raw_query(query: str, tokens: list[str], expected: str) -> None:
+async def test_prepare_query_sends_each_word_once(query: str, tokens: list[str], expected: str) -> None:
     assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) == expected
 
 
-@pytest.mark.parametrize(("query", "tokens"), [("", []), ("?!", []), ("\x00 \x00", ["x"])])
+@pytest.mark.parametrize(
+    ("query", "tokens"), [("", []), ("?!", []), ("\x00 \x00", ["\x00"]), ("&", ["&", ""])]
+)
 async def test_prepare_query_without_words_skips_the_arm(query: str, tokens: list[str]) -> None:
     assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) is None

@@ -25,12 +25,20 @@ INDEX = (
     f"CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units USING pgroonga (({DOCUMENT})) "
     "WITH (tokenizer = 'TokenBigram', normalizer = 'NormalizerNFKC150')"
 )
+HITS = (
+    "CREATE OR REPLACE FUNCTION hindsight_pgroonga_hits(text, text) "
+    "RETURNS TABLE (hit_id uuid, hit_score double precision) "
+    "LANGUAGE sql STABLE SET enable_seqscan = off AS $hits$ "
+    "SELECT id, score FROM (SELECT id, bank_id, pgroonga_score(tableoid, ctid) AS score FROM memory_units "
+    f"WHERE ({DOCUMENT}) &@~ pgroonga_condition($1, scorers => ARRAY['scorer_tf_idf($index)'], "
+    "index_name => 'idx_memory_units_text_search') "
+    "OFFSET 0) AS matched WHERE bank_id = $2 $hits$"
+)
 ARM = (
-    "(SELECT * FROM (SELECT id, text, fact_type, pgroonga_score(tableoid, ctid) AS bm25_score "
-    "FROM memory_units "
-    f"WHERE {WHERE} AND ({DOCUMENT}) &@~ pgroonga_query_escape(:query_text) "
-    "ORDER BY bm25_score DESC, id LIMIT :limit) AS pgroonga_hits "
-    "WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
+    "(SELECT id, text, fact_type, hits.hit_score AS bm25_score "
+    "FROM hindsight_pgroonga_hits(pgroonga_query_escape(:query_text), :bank_id) AS hits "
+    "JOIN memory_units ON memory_units.id = hits.hit_id "
+    f"WHERE {WHERE} AND hits.hit_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
 )
 
 
@@ -63,7 +71,7 @@ def test_satisfies_protocol_and_entry_point() -> None:
 
 def test_golden_statements() -> None:
     b = PgroongaBackend(Settings())
-    assert b.install_statements() == ("CREATE EXTENSION IF NOT EXISTS pgroonga",)
+    assert b.install_statements() == ("CREATE EXTENSION IF NOT EXISTS pgroonga", HITS)
     assert b.session_statements() == ()
     assert b.column_type() == "text"
     assert b.index_statements() == (INDEX,)
@@ -76,12 +84,25 @@ def test_match_uses_the_indexed_expression_verbatim() -> None:
     (index,) = b.index_statements()
     indexed = index.split("USING pgroonga ((", 1)[1].split(")) WITH", 1)[0]
     assert indexed == pgroonga.DOCUMENT == DOCUMENT
-    assert f"({indexed}) &@~ pgroonga_query_escape(:query_text)" in b.arm_sql(columns=COLUMNS, where=WHERE)
+    assert f"WHERE ({indexed}) &@~ pgroonga_condition($1, " in pgroonga.HITS_DDL
+
+
+def test_scores_come_from_a_scan_of_the_index_only() -> None:
+    """The scored scan has no other predicate, and the function disables sequential scans."""
+    body = pgroonga.HITS_DDL.split("$hits$ ", 1)[1].removesuffix(" $hits$")
+    inner = body.split("FROM (", 1)[1].split(" OFFSET 0)", 1)[0]
+    assert "bank_id =" not in inner and inner.count(" WHERE ") == 1
+    assert "SET enable_seqscan = off" in pgroonga.HITS_DDL
+    assert "pgroonga_score(tableoid, ctid)" in inner and "'scorer_tf_idf($index)'" in inner
+    # The arm gates and orders by the function's score, never by pgroonga_score of its own scan.
+    assert "pgroonga_score" not in PgroongaBackend(Settings()).arm_sql(columns=COLUMNS, where=WHERE)
 
 
 def test_every_statement_parses() -> None:
     for sql in statements(PgroongaBackend(Settings())):
         parse_statement(sql)
+    # The function body too: the DDL parse sees it as a string.
+    parse_statement(pgroonga.HITS_DDL.split("$hits$ ", 1)[1].removesuffix(" $hits$"))
 
 
 def test_prepare_document_keeps_the_text() -> None:
@@ -92,6 +113,10 @@ def test_prepare_document_keeps_the_text() -> None:
     ("tokens", "expected"),
     [
         (["alice", "cat"], "alice OR cat"),
+        # Stop words are dropped, unless the query has nothing else.
+        (["what", "did", "alice", "adopt", "in", "the", "spring"], "alice OR adopt OR spring"),
+        (["who", "are", "they"], "who OR are OR they"),
+        (["the", "東京"], "東京"),
         (["cat", "cat"], "cat"),
         (["東京タワー"], "東京 OR 京タ OR タワ OR ワー"),
         (["我喜欢吃苹果"], "我喜 OR 喜欢 OR 欢吃 OR 吃苹 OR 苹果"),
@@ -100,9 +125,11 @@ def test_prepare_document_keeps_the_text() -> None:
         (["iphone手机", "ok"], "iphone OR 手机 OR ok"),
         # Lower case keeps a user's "or" from becoming the OR operator.
         (["OR", "and"], "or OR and"),
-        # Query syntax never survives: only letters, marks, digits and underscores do.
+        (["cats", "OR", "dogs"], "cats OR dogs"),
+        # Query syntax never survives: only letters, marks, digits and underscores do ("a" and "i"
+        # are stop words).
         (["a&b", "c|d", "!e", "(f)", "g:*", "<h>", "i'j", "k\\l", "m\x00n", '"o"', "+p", "-q", "~r"],
-         "a OR b OR c OR d OR e OR f OR g OR h OR i OR j OR k OR l OR m OR n OR o OR p OR q OR r"),
+         "b OR c OR d OR e OR f OR g OR h OR j OR k OR l OR m OR n OR o OR p OR q OR r"),
     ],
 )
 async def test_prepare_query(tokens: list[str], expected: str) -> None:
