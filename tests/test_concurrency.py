@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 from hindsight_recall import Engine
 from hindsight_recall.bench.synthetic import generate
-from hindsight_recall.retain import ingest
 from hindsight_recall.store import banks
 from sqlalchemy import text
 
@@ -81,7 +80,7 @@ async def _catalog(engine: Engine) -> tuple[int, int]:
 
 
 async def test_bank_reaching_the_threshold_moves_into_the_shared_index(engine: Engine, monkeypatch) -> None:
-    monkeypatch.setattr(ingest, "ANN_MIN_ROWS", 100)
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 100)
     data = _banks(1, 160, seed=13)
     (bank_id, (memories, vectors)), = data.items()
     await _load(engine, bank_id, memories[:60], vectors[:60])
@@ -97,3 +96,15 @@ async def test_bank_reaching_the_threshold_moves_into_the_shared_index(engine: E
             "SELECT ann, count(*) FROM memory_units WHERE bank_id = :b GROUP BY ann"), {"b": bank_id})).all())
     assert state is True and flags == {True: 160}
     assert small and (await engine.recall(bank_id, query, types=["world"]))["results"]
+
+
+async def test_threshold_zero_indexes_a_new_bank_at_once(engine: Engine, monkeypatch) -> None:
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 0)
+    (bank_id, (memories, vectors)), = _banks(1, 20, seed=14).items()
+    await _load(engine, bank_id, memories, vectors)
+    async with engine.db.connect() as conn:
+        state = (await conn.execute(text("SELECT indexed FROM banks WHERE bank_id = :b"), {"b": bank_id})).scalar()
+        flagged = (await conn.execute(text(
+            "SELECT bool_and(ann) FROM memory_units WHERE bank_id = :b"), {"b": bank_id})).scalar()
+    assert state is True and flagged is True
+    assert (await engine.recall(bank_id, memories[0].text))["results"]

@@ -2,7 +2,7 @@
 
 Rows go in with one binary COPY into a staging table and one INSERT ... ON CONFLICT. On a new bank
 the links are computed in a worker thread while the database loads the rows, and they are written
-with one binary COPY. No DDL runs here: a bank that reaches ``ANN_MIN_ROWS`` memories has its rows
+with one binary COPY. No DDL runs here: a bank that reaches ``VECTOR_INDEX_MIN_ROWS`` memories has its rows
 flagged into the shared HNSW indexes (``ann``), a row update.
 """
 
@@ -29,7 +29,6 @@ from ..settings import Settings
 from ..store import banks
 from ..store._bincopy import driver_connection
 from ..store.db import Database
-from ..store.schema import ANN_MIN_ROWS
 from ..tokens import TokenCounter
 from ..types import Memory
 from ._rows import check_references, write_chunks, write_entities
@@ -91,7 +90,7 @@ class RetainStats:
     link_seconds: float = 0.0
     #: computing the links on their own, overlapped or not
     link_compute_seconds: float = 0.0
-    #: flagging a bank that reached ANN_MIN_ROWS into the shared HNSW indexes (row updates)
+    #: flagging a bank that reached VECTOR_INDEX_MIN_ROWS into the shared HNSW indexes (row updates)
     index_seconds: float = 0.0
     #: VACUUM (ANALYZE) after a bulk load
     maintenance_seconds: float = 0.0
@@ -231,7 +230,8 @@ class Ingestor:
         t0 = time.perf_counter()
         _, created = await banks.ensure_bank(conn, bank_id)
         indexed = bool(await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :bank"), {"bank": bank_id}))
-        if not indexed and await _reaches_threshold(conn, bank_id, len(memories)):
+        if not indexed and await _reaches_threshold(conn, bank_id, len(memories),
+                                                    self.settings.vector_index_min_rows):
             # before the load, so its rows go into the index as they are written, not updated after
             t_index = time.perf_counter()
             await _move_into_index(conn, bank_id)
@@ -385,14 +385,14 @@ def _bank_lock_key(bank_id: str) -> int:
     return int.from_bytes(digest.digest(), "big", signed=True)
 
 
-async def _reaches_threshold(conn: AsyncConnection, bank_id: str, adding: int) -> bool:
-    """Whether the bank holds ANN_MIN_ROWS memories once ``adding`` more are written (an upper bound)."""
-    if adding >= ANN_MIN_ROWS:
+async def _reaches_threshold(conn: AsyncConnection, bank_id: str, adding: int, threshold: int) -> bool:
+    """Whether the bank holds ``threshold`` memories once ``adding`` more are written (an upper bound)."""
+    if adding >= threshold:
         return True
     present = await conn.scalar(text(
         "SELECT count(*) FROM (SELECT 1 FROM memory_units WHERE bank_id = :bank LIMIT :n) t"
-    ), {"bank": bank_id, "n": ANN_MIN_ROWS - adding})
-    return int(present or 0) + adding >= ANN_MIN_ROWS
+    ), {"bank": bank_id, "n": threshold - adding})
+    return int(present or 0) + adding >= threshold
 
 
 async def _move_into_index(conn: AsyncConnection, bank_id: str) -> None:

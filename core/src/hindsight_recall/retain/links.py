@@ -157,7 +157,7 @@ async def _semantic_by_index(
 ) -> Links:
     """Ask the shared HNSW indexes for new rows' neighbours, INDEX_BATCH rows a statement.
 
-    A bank this large is always in those indexes (ANN_MIN_ROWS is lower than INDEX_MIN_ROWS); they
+    A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default); they
     hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
     """
     await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true), "

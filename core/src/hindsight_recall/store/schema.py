@@ -136,13 +136,14 @@ def _v6(dimensions: int) -> list[str]:
     ]
 
 
-#: a bank with at least this many memories is searched through the shared HNSW indexes; below it, an
-#: exact scan of its rows over the (bank_id, fact_type) btree is faster and never misses a neighbour
+#: the default of VECTOR_INDEX_MIN_ROWS, used when an older database is upgraded: a bank with at least
+#: this many memories is searched through the shared HNSW indexes; below it, an exact scan of its
+#: rows over the (bank_id, fact_type) btree is fast and never misses a neighbour
 ANN_MIN_ROWS = 5_000
 
 
 def ann_index_statements() -> list[str]:
-    """One HNSW index per fact type over the rows of every bank of :data:`ANN_MIN_ROWS` or more.
+    """One HNSW index per fact type over the rows of every bank of ``VECTOR_INDEX_MIN_ROWS`` or more.
 
     The index set does not grow with the number of banks, so planning time stays flat and no retain
     or delete runs DDL. A search filters its bank inside the index scan (iterative scans).
