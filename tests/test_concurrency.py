@@ -108,3 +108,17 @@ async def test_threshold_zero_indexes_a_new_bank_at_once(engine: Engine, monkeyp
             "SELECT bool_and(ann) FROM memory_units WHERE bank_id = :b"), {"b": bank_id})).scalar()
     assert state is True and flagged is True
     assert (await engine.recall(bank_id, memories[0].text))["results"]
+
+
+async def test_upgrade_drops_per_bank_indexes(engine: Engine) -> None:
+    from hindsight_recall.store import schema
+
+    async with engine.db.connect() as conn:
+        # what schema 6 left behind for a bank: a partial index named after it
+        await conn.execute(text("CREATE INDEX idx_mu_emb_worl_0123456789abcdef ON memory_units (bank_id) "
+                                "WHERE bank_id = 'an old bank'"))
+        await conn.execute(text("DELETE FROM hindsight_migrations WHERE version = 8"))
+        await schema.migrate(conn, engine.embedder.dimensions(), engine.text_search)
+        left = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE left(indexname, 11) = 'idx_mu_emb_'"))
+        done = await conn.scalar(text("SELECT count(*) FROM hindsight_migrations WHERE version = 8"))
+    assert left == 0 and done == 1

@@ -165,13 +165,14 @@ def _v8(dimensions: int) -> list[str]:
         # tokens of `text`, counted at retain so packing does not tokenize on every recall
         "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS token_count int",
         "CREATE INDEX IF NOT EXISTS idx_mu_bank_type ON memory_units (bank_id, fact_type)",
-        "UPDATE banks SET indexed = true WHERE bank_id IN "
-        f"(SELECT bank_id FROM memory_units GROUP BY bank_id HAVING count(*) >= {int(ANN_MIN_ROWS)})",
-        "UPDATE memory_units SET ann = true WHERE bank_id IN (SELECT bank_id FROM banks WHERE indexed)",
+        # first: flagging rows below rewrites them, and a live HNSW index makes each rewrite slow
         "DO $$ DECLARE r record; BEGIN FOR r IN SELECT indexname FROM pg_indexes "
         "WHERE schemaname = current_schema() AND tablename = 'memory_units' "
         "AND left(indexname, 11) = 'idx_mu_emb_' LOOP "
         "EXECUTE 'DROP INDEX IF EXISTS ' || quote_ident(r.indexname); END LOOP; END $$",
+        "UPDATE banks SET indexed = true WHERE bank_id IN "
+        f"(SELECT bank_id FROM memory_units GROUP BY bank_id HAVING count(*) >= {int(ANN_MIN_ROWS)})",
+        "UPDATE memory_units SET ann = true WHERE bank_id IN (SELECT bank_id FROM banks WHERE indexed)",
         "SET LOCAL maintenance_work_mem = '1GB'",
         *ann_index_statements(),
     ]
