@@ -96,13 +96,22 @@ async def test_semantic_links_above_threshold(engine: Engine, bank: str) -> None
     assert rows == 2  # a<->b only
 
 
-async def test_hnsw_index_per_bank_and_type(engine: Engine, alice: str) -> None:
+async def test_no_vector_index_per_bank(engine: Engine, alice: str) -> None:
     async with engine.db.connect() as conn:
-        iid = await conn.scalar(text("SELECT internal_id FROM banks WHERE bank_id = :b"), {"b": alice})
-        names = set((await conn.execute(text("SELECT indexname FROM pg_indexes WHERE indexname LIKE :p"),
-                                        {"p": f"idx_mu_emb_%_{str(iid).replace('-', '')[:16]}"})).scalars())
-    suffix = str(iid).replace("-", "")[:16]
-    assert names == {f"idx_mu_emb_{t}_{suffix}" for t in ("worl", "expr", "obsv")}
+        names = set((await conn.execute(text(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_units' AND indexdef LIKE '%hnsw%'"
+        ))).scalars())
+        indexed = await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :b"), {"b": alice})
+        flagged = await conn.scalar(text("SELECT count(*) FROM memory_units WHERE bank_id = :b AND ann"), {"b": alice})
+    assert names == {f"idx_mu_ann_{t}" for t in ("world", "experience", "observation")}
+    assert indexed is False and flagged == 0  # a small bank is ranked exactly, outside the shared indexes
+
+
+async def test_token_count_stored_at_retain(engine: Engine, alice: str) -> None:
+    async with engine.db.connect() as conn:
+        rows = (await conn.execute(text("SELECT text, token_count FROM memory_units WHERE bank_id = :b"),
+                                   {"b": alice})).all()
+    assert rows and all(r.token_count == engine.tokens.count(r.text) for r in rows)
 
 
 async def test_hostile_bank_ids_are_stored_safely(engine: Engine) -> None:

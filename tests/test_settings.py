@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULTS = {
     "database_url": None, "database_schema": "public", "db_pool_min_size": 5, "db_pool_max_size": 100,
     "db_command_timeout": 60, "db_acquire_timeout": 30, "db_statement_timeout": 600, "db_session_setup_on_acquire": True,
-    "vector_extension": "pgvector", "ann_iterative_scan": True, "ann_max_scan_tuples": 4000, "vector_index_min_rows": 0,
+    "vector_extension": "pgvector", "ann_iterative_scan": True, "ann_max_scan_tuples": 4000, "vector_index_min_rows": 5_000,
     "text_search_extension": "native", "bm25_min_score": 0.0, "bm25_max_query_terms": 16, "bm25_selective_terms": True,
     "bm25_max_term_frequency": 1.0,
     "semantic_min_similarity": 0.3, "graph_seed_min_similarity": 0.3, "temporal_semantic_min_similarity": 0.1,

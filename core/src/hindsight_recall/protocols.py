@@ -68,6 +68,8 @@ class RetrievalContext:
     window: TimeWindow | None = None
     min_semantic: float | None = None
     min_keyword: float | None = None
+    #: the bank's rows are in the shared HNSW indexes (a large bank); otherwise arms rank exactly
+    indexed: bool = False
 
 
 @runtime_checkable

@@ -76,7 +76,7 @@ class Settings(BaseSettings, BankSettings):
     vector_extension: Literal["pgvector"] = "pgvector"
     ann_iterative_scan: bool = True
     ann_max_scan_tuples: int = 4000
-    vector_index_min_rows: int = Field(0, ge=0)
+    vector_index_min_rows: int = Field(5_000, ge=0)
 
     # Keyword search
     text_search_extension: str = "native"

@@ -109,6 +109,8 @@ class MemoryRow:
     chunk_id: str | None = None
     proof_count: int = 1
     source_memory_ids: tuple[uuid.UUID, ...] = ()
+    #: tokens of ``text``, counted at retain (``None`` for rows written before the count was stored)
+    token_count: int | None = None
 
     @property
     def date(self) -> datetime | None:

@@ -47,11 +47,12 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     settings = engine.settings
     with trace.phase("backend_acquisition"):
         async with engine.db.connect() as conn:
-            overrides = await banks.bank_config(conn, req.bank_id)
-    if overrides is None:
+            state = await banks.bank_state(conn, req.bank_id)
+    if state is None:
         raise BankNotFound(req.bank_id)
     if not req.types:
         return empty_response(req, trace)
+    overrides, indexed = state
     config = settings.for_bank(overrides)
     req = _cap_query(engine, req)
     limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
@@ -70,6 +71,7 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
         db=engine.db.limited(config.recall_connection_budget), text_search=engine.text_search, now=now,
         window=window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
+        indexed=indexed,
     )
     with trace.phase("parallel_retrieval") as details:
         results = await _retrieve(engine, ctx)
@@ -116,10 +118,11 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
             chunks = await fetch_chunks(engine, req, top)
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
-        packed, used, truncated = pack(top, req.max_tokens, lambda c: engine.tokens.count(c.row.text))
+        count = _token_counter(engine)
+        packed, used, truncated = pack(top, req.max_tokens, count)
         if req.limit is not None:  # top-k of what fits: the token budget decides first, then the count
             packed = packed[: req.limit]
-            used = sum(engine.tokens.count(c.row.text) for c in packed)
+            used = sum(count(c) for c in packed)
             details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
     return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
@@ -172,6 +175,14 @@ async def _retrieve(engine: RecallServices, ctx: RetrievalContext) -> list[ArmRe
     timeout = ctx.settings.db_command_timeout or None
     gathered = await asyncio.wait_for(asyncio.gather(*(arm.retrieve(ctx) for arm in arms)), timeout)
     return [result for arm_results in gathered for result in arm_results]
+
+
+def _token_counter(engine: RecallServices) -> Any:
+    """Tokens of a candidate: the count stored at retain, else counted now (rows from before it was stored)."""
+    def count(c: Candidate) -> int:
+        stored = c.row.token_count
+        return stored if stored is not None else engine.tokens.count(c.row.text)
+    return count
 
 
 def _arm_counts(results: list[ArmResult]) -> dict[str, int]:

@@ -1,13 +1,15 @@
 """Retain: embed ready-made facts and bulk-load them with their entities, chunks and links.
 
 Rows go in with one binary COPY into a staging table and one INSERT ... ON CONFLICT. On a new bank
-the links are computed in a worker thread while the database loads the rows and builds the HNSW
-indexes, and they are written with one binary COPY.
+the links are computed in a worker thread while the database loads the rows, and they are written
+with one binary COPY. No DDL runs here: a bank that reaches ``VECTOR_INDEX_MIN_ROWS`` memories has its rows
+flagged into the shared HNSW indexes (``ann``), a row update.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import sys
 import time
@@ -27,7 +29,7 @@ from ..settings import Settings
 from ..store import banks
 from ..store._bincopy import driver_connection
 from ..store.db import Database
-from ..store.schema import vector_index_statements
+from ..tokens import TokenCounter
 from ..types import Memory
 from ._rows import check_references, write_chunks, write_entities
 from ._rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
@@ -50,21 +52,18 @@ _STAGE_COLUMNS = (
     "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
     "occurred_start timestamptz, occurred_end timestamptz, mentioned_at timestamptz, event_date timestamptz, "
     "tags varchar[], metadata jsonb, document_id text, chunk_id text, proof_count int, "
-    "source_memory_ids uuid[], text_signals text, document text"
+    "source_memory_ids uuid[], text_signals text, token_count int, ann boolean, document text"
 )
 #: the binary COPY types of the staging columns, in order
-_STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4") for c in _STAGE_COLUMNS.split(", ")]
+_STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4").replace("boolean", "bool") for c in _STAGE_COLUMNS.split(", ")]
 #: a load of this many rows plus a tenth of the table is vacuumed and analyzed before retain returns
 #: (autovacuum's analyze threshold)
 MAINTAIN_MIN_ROWS = 50
 MAINTAINED_TABLES = ("memory_units", "unit_entities", "memory_links", "observation_sources")
-#: maintenance_work_mem for the HNSW build: about 2.5 kB per row keeps a 384-d graph in memory
-_INDEX_MEMORY_KB_PER_ROW = 2.5
-_INDEX_MEMORY_MB = (512, 2048)
 _UNIT_COLUMNS = (
     "id, bank_id, external_id, fact_type, text, context, embedding, occurred_start, occurred_end, "
     "mentioned_at, event_date, tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, "
-    "text_signals"
+    "text_signals, token_count, ann"
 )
 _UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:]) + ", search_vector = excluded.search_vector, updated_at = now()"
 
@@ -91,7 +90,7 @@ class RetainStats:
     link_seconds: float = 0.0
     #: computing the links on their own, overlapped or not
     link_compute_seconds: float = 0.0
-    #: building a new bank's HNSW indexes
+    #: flagging a bank that reached VECTOR_INDEX_MIN_ROWS into the shared HNSW indexes (row updates)
     index_seconds: float = 0.0
     #: VACUUM (ANALYZE) after a bulk load
     maintenance_seconds: float = 0.0
@@ -118,6 +117,14 @@ class Ingestor:
 
     def __init__(self, db: Database, embedder: EmbeddingProvider, backend: TextSearchBackend, settings: Settings) -> None:
         self.db, self.embedder, self.backend, self.settings = db, embedder, backend, settings
+        self._tokens: TokenCounter | None = None
+
+    @property
+    def tokens(self) -> TokenCounter:
+        """The recall packer's tokenizer: counts stored at retain spare packing a tokenization per recall."""
+        if self._tokens is None:
+            self._tokens = TokenCounter(self.settings.tokenizer_encoding)
+        return self._tokens
 
     async def retain(
         self,
@@ -148,6 +155,11 @@ class Ingestor:
             vectors = self._given(batches, embeddings)
         stats.embedding_seconds = time.perf_counter() - t0
         async with self.db.connect() as conn:
+            # Retains into one bank queue here (in bank order, so two calls never wait on each other
+            # in a cycle); retains into different banks never wait at all. The lock keeps a bank's
+            # `indexed` flag and its rows' `ann` flags in step.
+            for key in sorted({_bank_lock_key(b) for b, ms in batches.items() if ms}):
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
             offset = 0
             for bank_id, memories in batches.items():
                 if not memories:
@@ -155,7 +167,7 @@ class Ingestor:
                 await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
                                         (lines or {}).get(bank_id), stats)
                 offset += len(memories)
-            # the planner's estimate; a new bank's index build has already counted this load
+            # the planner's estimate of the table's rows
             table_rows = await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
@@ -216,26 +228,31 @@ class Ingestor:
         stats: RetainStats,
     ) -> None:
         t0 = time.perf_counter()
-        internal_id, created = await banks.ensure_bank(conn, bank_id)
+        _, created = await banks.ensure_bank(conn, bank_id)
+        indexed = bool(await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :bank"), {"bank": bank_id}))
+        if not indexed and await _reaches_threshold(conn, bank_id, len(memories),
+                                                    self.settings.vector_index_min_rows):
+            # before the load, so its rows go into the index as they are written, not updated after
+            t_index = time.perf_counter()
+            await _move_into_index(conn, bank_id)
+            indexed = True
+            stats.index_seconds += time.perf_counter() - t_index
         ids = [unit_id(bank_id, m.id) for m in memories]
         await check_references(conn, bank_id, memories, lines)
         dates = [m.occurred_start or m.mentioned_at or m.occurred_end for m in memories]
         pending: asyncio.Future[tuple[list[Links], float]] | None = None
         if created:
             # A new bank holds only this batch: its links need no database reads, so compute them in a
-            # thread while the database loads the rows and builds the indexes.
+            # thread while the database loads the rows.
             work = asyncio.to_thread(self._fresh_links, uuid_keys(ids), vectors, epochs(dates))
             pending = asyncio.ensure_future(work)
         try:
             chunk_ids = await write_chunks(conn, bank_id, memories)
-            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, fresh=created)
+            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, fresh=created,
+                                    indexed=indexed)
             await write_entities(conn, bank_id, ids, memories, fresh=created)
-            t1 = time.perf_counter()
-            stats.load_seconds += t1 - t0
-            if created:
-                await _build_vector_indexes(conn, bank_id, str(internal_id), len(memories))
             t2 = time.perf_counter()
-            stats.index_seconds += t2 - t1
+            stats.load_seconds += t2 - t0
             if pending is not None:
                 computed, seconds = await pending
                 stats.link_compute_seconds += seconds
@@ -279,7 +296,7 @@ class Ingestor:
 
     async def _write_units(
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
-        vectors: np.ndarray, chunk_ids: list[str | None], *, fresh: bool,
+        vectors: np.ndarray, chunk_ids: list[str | None], *, fresh: bool, indexed: bool,
     ) -> None:
         """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert.
 
@@ -297,14 +314,16 @@ class Ingestor:
         async with raw.cursor().copy(stage) as copy:
             copy.set_types(_STAGE_TYPES)
             for i in sorted(range(len(ids)), key=lambda i: ids[i].bytes):
-                await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i]))
+                await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i],
+                                                     indexed))
         # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
         upsert = "" if fresh else f" ON CONFLICT (id) DO UPDATE SET {_UPDATE}"
         await conn.execute(text(
             f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector) "
             f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
             f"occurred_start, occurred_end, mentioned_at, event_date, tags, metadata, document_id, chunk_id, "
-            f"proof_count, source_memory_ids, text_signals, {self.backend.write_expression('document')} "
+            f"proof_count, source_memory_ids, text_signals, token_count, ann, "
+            f"{self.backend.write_expression('document')} "
             f"FROM retain_stage{upsert}"
         ))
         if not fresh:
@@ -318,7 +337,7 @@ class Ingestor:
         await conn.execute(text("TRUNCATE retain_stage"))
 
     def _stage_row(
-        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None
+        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None, indexed: bool
     ) -> tuple[Any, ...]:
         from psycopg.types.json import Jsonb  # late: only retain writes rows
 
@@ -331,7 +350,7 @@ class Ingestor:
             list(m.tags), Jsonb(dict(m.metadata)) if m.metadata else None,
             m.document_id, chunk_id, m.proof_count,
             [unit_id(bank_id, s) for s in m.source_ids] or None,
-            signals, document,
+            signals, self.tokens.count(m.text), indexed, document,
         )
 
     async def _write_links(
@@ -360,14 +379,26 @@ class Ingestor:
         return written + len(causal)
 
 
-async def _build_vector_indexes(conn: AsyncConnection, bank_id: str, internal_id: str, rows: int) -> None:
-    """Build a new bank's HNSW indexes once, after the bulk load (a live HNSW index inserts ~10x slower)."""
-    low, high = _INDEX_MEMORY_MB
-    megabytes = int(min(high, max(low, rows * _INDEX_MEMORY_KB_PER_ROW / 1024)))
-    # with less memory than the graph needs, pgvector builds it on disk, several times slower
-    await conn.execute(text(f"SET LOCAL maintenance_work_mem = '{megabytes}MB'"))
-    for statement in vector_index_statements(bank_id, internal_id):
-        await conn.execute(text(statement))
+def _bank_lock_key(bank_id: str) -> int:
+    """A signed 64-bit advisory-lock key for a bank (a hash: a rare collision only serialises two banks)."""
+    digest = hashlib.blake2b(b"hindsight_recall.bank\0" + bank_id.encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+async def _reaches_threshold(conn: AsyncConnection, bank_id: str, adding: int, threshold: int) -> bool:
+    """Whether the bank holds ``threshold`` memories once ``adding`` more are written (an upper bound)."""
+    if adding >= threshold:
+        return True
+    present = await conn.scalar(text(
+        "SELECT count(*) FROM (SELECT 1 FROM memory_units WHERE bank_id = :bank LIMIT :n) t"
+    ), {"bank": bank_id, "n": threshold - adding})
+    return int(present or 0) + adding >= threshold
+
+
+async def _move_into_index(conn: AsyncConnection, bank_id: str) -> None:
+    """Flag a bank's rows into the shared HNSW indexes: row updates, never DDL."""
+    await conn.execute(text("UPDATE memory_units SET ann = true WHERE bank_id = :bank AND NOT ann"), {"bank": bank_id})
+    await conn.execute(text("UPDATE banks SET indexed = true WHERE bank_id = :bank"), {"bank": bank_id})
 
 
 def needs_maintenance(written: int, table_rows: float) -> bool:

@@ -155,16 +155,21 @@ async def semantic_links(
 async def _semantic_by_index(
     conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float
 ) -> Links:
-    """Ask the per-(bank, fact type) HNSW indexes for new rows' neighbours, INDEX_BATCH rows a statement."""
-    await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true)"),
+    """Ask the shared HNSW indexes for new rows' neighbours, INDEX_BATCH rows a statement.
+
+    A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default); they
+    hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
+    """
+    await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true), "
+                            "set_config('hnsw.iterative_scan', 'strict_order', true)"),
                        {"ef": str(SEMANTIC_NEIGHBOURS * 2)})
     from ..types import FACT_TYPES
 
-    # the fact type and bank are plain predicates so each lateral matches its partial index
+    # the fact type and `ann` are plain predicates so each lateral matches its partial index
     statement = text(
         "SELECT q.id AS source, n.id AS target, 1 - n.distance AS similarity FROM memory_units q "
         "CROSS JOIN LATERAL (SELECT m.id, m.embedding <=> q.embedding AS distance FROM memory_units m "
-        "WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND m.embedding IS NOT NULL "
+        "WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND m.ann AND m.embedding IS NOT NULL "
         "ORDER BY m.embedding <=> q.embedding LIMIT :k) n "
         "WHERE q.id = ANY(:ids) AND q.embedding IS NOT NULL AND n.id <> q.id AND 1 - n.distance >= :floor"
     )

@@ -49,6 +49,13 @@ async def bank_config(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | N
     return None if found is None else dict(found.config or {})
 
 
+async def bank_state(conn: AsyncConnection, bank_id: str) -> tuple[dict[str, Any], bool] | None:
+    """The bank's overrides and whether it is in the shared HNSW indexes; ``None`` for an unknown bank."""
+    row = (await conn.execute(text("SELECT config, indexed FROM banks WHERE bank_id = :bank"),
+                              {"bank": bank_id})).first()
+    return None if row is None else (dict(row.config or {}), bool(row.indexed))
+
+
 async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str, Any]) -> dict[str, Any]:
     """Validate and merge overrides into ``banks.config``; ``None`` values remove a key."""
     unknown = sorted(set(values) - set(BankSettings.model_fields))
@@ -74,7 +81,7 @@ async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str,
 
 
 async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
-    """Remove a bank with everything in it, including its vector indexes; False if it did not exist."""
+    """Remove a bank with everything in it (rows only: no DDL); False if it did not exist."""
     # Locking the bank row first waits for retains in flight (they hold a key-share lock on it), so
     # no link can be written after its memories' links are deleted. Links and observation sources
     # carry no foreign keys.
@@ -89,9 +96,6 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
             f"DELETE FROM {table} d USING memory_units u WHERE u.bank_id = :bank AND d.{column} = u.id"
         ), {"bank": bank_id})
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
-    suffix = str(internal_id).replace("-", "")[:16]
-    for short in ("worl", "expr", "obsv"):
-        await conn.execute(text(f"DROP INDEX IF EXISTS idx_mu_emb_{short}_{suffix}"))
     return True
 
 

@@ -14,7 +14,7 @@ from ..types import FACT_TYPES
 #: Columns every arm selects, in the order :class:`~hindsight_recall.types.MemoryRow` expects.
 ROW_COLUMNS = (
     "id, external_id, text, fact_type, context, occurred_start, occurred_end, mentioned_at, "
-    "tags, metadata, document_id, chunk_id, proof_count, source_memory_ids"
+    "tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, token_count"
 )
 
 _FACT_TYPE_CHECK = ", ".join(f"'{t}'" for t in FACT_TYPES)
@@ -146,9 +146,51 @@ def _v7(dimensions: int) -> list[str]:
     ]
 
 
+#: the default of VECTOR_INDEX_MIN_ROWS, used when an older database is upgraded: a bank with at least
+#: this many memories is searched through the shared HNSW indexes; below it, an exact scan of its
+#: rows over the (bank_id, fact_type) btree is fast and never misses a neighbour
+ANN_MIN_ROWS = 5_000
+
+
+def ann_index_statements() -> list[str]:
+    """One HNSW index per fact type over the rows of every bank of ``VECTOR_INDEX_MIN_ROWS`` or more.
+
+    The index set does not grow with the number of banks, so planning time stays flat and no retain
+    or delete runs DDL. A search filters its bank inside the index scan (iterative scans).
+    """
+    return [
+        f"CREATE INDEX IF NOT EXISTS idx_mu_ann_{ft} ON memory_units USING hnsw (embedding vector_cosine_ops) "
+        f"WHERE ann AND fact_type = '{ft}'"
+        for ft in FACT_TYPES
+    ]
+
+
+def _v8(dimensions: int) -> list[str]:
+    # Per-bank partial HNSW indexes made planning grow with the number of banks and put DDL in the
+    # retain and delete transactions (deadlocks between concurrent first loads). Small banks are now
+    # scanned exactly; large ones are flagged (`ann`) into three shared indexes, built here in bulk.
+    return [
+        "ALTER TABLE banks ADD COLUMN IF NOT EXISTS indexed boolean NOT NULL DEFAULT false",
+        "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS ann boolean NOT NULL DEFAULT false",
+        # tokens of `text`, counted at retain so packing does not tokenize on every recall
+        "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS token_count int",
+        "CREATE INDEX IF NOT EXISTS idx_mu_bank_type ON memory_units (bank_id, fact_type)",
+        # first: flagging rows below rewrites them, and a live HNSW index makes each rewrite slow
+        "DO $$ DECLARE r record; BEGIN FOR r IN SELECT indexname FROM pg_indexes "
+        "WHERE schemaname = current_schema() AND tablename = 'memory_units' "
+        "AND left(indexname, 11) = 'idx_mu_emb_' LOOP "
+        "EXECUTE 'DROP INDEX IF EXISTS ' || quote_ident(r.indexname); END LOOP; END $$",
+        "UPDATE banks SET indexed = true WHERE bank_id IN "
+        f"(SELECT bank_id FROM memory_units GROUP BY bank_id HAVING count(*) >= {int(ANN_MIN_ROWS)})",
+        "UPDATE memory_units SET ann = true WHERE bank_id IN (SELECT bank_id FROM banks WHERE indexed)",
+        "SET LOCAL maintenance_work_mem = '1GB'",
+        *ann_index_statements(),
+    ]
+
+
 #: version -> statements (a function of the embedding dimension). Append; never edit a released one.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8,
 }
 
 
@@ -231,23 +273,3 @@ async def _install_text_search(conn: AsyncConnection, backend: TextSearchBackend
         ),
         {"name": backend.name},
     )
-
-
-def sql_literal(value: str) -> str:
-    """Quote a string as a SQL literal for DDL, which cannot take bind parameters."""
-    if "\x00" in value:
-        raise ValueError("NUL bytes cannot be stored in PostgreSQL text")
-    # An E'' literal reads the same whatever standard_conforming_strings says.
-    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def vector_index_statements(bank_id: str, internal_id: str) -> list[str]:
-    """One partial HNSW index per fact type of a bank."""
-    short = {"world": "worl", "experience": "expr", "observation": "obsv"}
-    suffix = internal_id.replace("-", "")[:16]
-    return [
-        f"CREATE INDEX IF NOT EXISTS idx_mu_emb_{short[ft]}_{suffix} ON memory_units "
-        f"USING hnsw (embedding vector_cosine_ops) "
-        f"WHERE fact_type = '{ft}' AND bank_id = {sql_literal(bank_id)}"
-        for ft in FACT_TYPES
-    ]

@@ -35,12 +35,18 @@ def row_from(m: Mapping[Any, Any]) -> MemoryRow:
         chunk_id=m["chunk_id"],
         proof_count=m["proof_count"] if m["proof_count"] is not None else 1,
         source_memory_ids=tuple(m["source_memory_ids"] or ()),
+        token_count=m["token_count"],
     )
 
 
 def where_for(ctx: RetrievalContext, fact_type: str) -> str:
-    """The bank, fact-type and filter predicate of one sub-select (fact types are validated enums)."""
-    return f"bank_id = :bank_id AND fact_type = '{fact_type}' AND {ctx.filter.sql}"
+    """The bank, fact-type and filter predicate of one sub-select (fact types are validated enums).
+
+    A bank in the shared HNSW indexes adds ``ann``, the indexes' predicate, so the planner may use
+    them; a small bank's rows are in no vector index and are ranked exactly.
+    """
+    ann = " AND ann" if ctx.indexed else ""
+    return f"bank_id = :bank_id AND fact_type = '{fact_type}'{ann} AND {ctx.filter.sql}"
 
 
 def base_params(ctx: RetrievalContext) -> dict[str, Any]:

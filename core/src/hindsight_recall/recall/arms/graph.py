@@ -87,9 +87,9 @@ class GraphRetriever:
         async with ctx.db.connect() as conn:
             # the clock starts once a connection is held: waiting for one is not expansion work
             async with asyncio.timeout(timeout):
-                if ctx.filter.sql != "TRUE":
-                    # unfiltered, the (bank, type) index finds 20 seeds at its default depth (40);
-                    # filtered, the iterative scan keeps hidden rows from starving the seeds
+                if ctx.indexed:
+                    # the shared index holds other banks' rows too: the iterative scan keeps them
+                    # (and rows a tag filter hides) from starving the seeds; a small bank is exact
                     await self._ann.apply(conn, hnsw_settings(ef_search(ctx.limit), ctx.settings))
                 return await run_union(conn, self.name, ctx, subselects, statements[0][1], "graph_score")
 

@@ -23,7 +23,7 @@ def vector_literal(values: Any) -> str:
 
 
 class SemanticRetriever:
-    """Nearest memories by embedding cosine similarity, through the per-(bank, type) HNSW index."""
+    """Nearest memories by embedding cosine similarity: exact in a small bank, else the shared HNSW index."""
 
     name = "semantic"
 
@@ -44,7 +44,8 @@ class SemanticRetriever:
         params = {**base_params(ctx), "embedding": vector_literal(ctx.embedding), "floor": floor,
                   "limit": ctx.limit}
         async with ctx.db.connect() as conn:
-            await self._ann.apply(conn, hnsw_settings(ef_search(ctx.limit), ctx.settings))
+            if ctx.indexed:  # a small bank's rows are ranked exactly, with no index to tune
+                await self._ann.apply(conn, hnsw_settings(ef_search(ctx.limit), ctx.settings))
             return await run_union(conn, self.name, ctx, subselects, params, "similarity")
 
 
