@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,9 @@ def export(model: str, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f"{target.name}.{os.getpid()}.part")
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUTS}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # the tracer warns about branches on shapes that hold for every input (mask present, no cache)
+        warnings.simplefilter("ignore")
         torch.onnx.export(Pooled().eval(), tuple(sample[k] for k in INPUTS), str(part), input_names=list(INPUTS),
                           output_names=["embedding"], dynamic_axes={**axes, "embedding": {0: "batch"}},
                           opset_version=OPSET, dynamo=False)
