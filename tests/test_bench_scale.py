@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from hindsight_recall.bench._rerank_cost import DEFAULT_SHAPE, random_cross_encoder
 from hindsight_recall.bench._report import markdown
+from hindsight_recall.bench._rerank_cost import DEFAULT_SHAPE, random_cross_encoder
 from hindsight_recall.bench.scale import int_list, percentiles, phase_seconds
 from hindsight_recall.bench.synthetic import DIMENSIONS, generate, queries
 from hindsight_recall.cli import main

