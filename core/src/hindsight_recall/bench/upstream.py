@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -280,6 +281,7 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
             except subprocess.TimeoutExpired:
                 server.kill()
             log.close()
+    shutil.rmtree(work, ignore_errors=True)  # both servers are stopped: drop their data
     report["ours"]["peak_rss_mb"] = _self_peak_rss()
     report["load_average_after"] = list(os.getloadavg())
     scored = args.data / "queries.jsonl"
