@@ -111,7 +111,10 @@ class OnnxEncoder:
                 raise ConfigError(f"exporting the model to ONNX needs the onnx package: {INSTALL}") from exc
             export(model, self.path)
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path.parent))
-        self.session = onnxruntime.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
+        options = onnxruntime.SessionOptions()
+        # no busy-waiting between ops: the threads would spin on cores PostgreSQL and the arms need
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = onnxruntime.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self.names = {i.name for i in self.session.get_inputs()}
 
     def get_embedding_dimension(self) -> int:
