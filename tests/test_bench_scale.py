@@ -123,3 +123,8 @@ def test_markdown_reports_the_reranker_only_when_measured() -> None:
     assert "cross-encoder" not in markdown({"sizes": [size]})
     size["reranker"] = {"mean_candidates_reranked": 300, "recall": row, "reranking_phase": row}
     assert "| 10k | 300 | 1.0 / 2.0 | 1.0 / 2.0 | 1.0 |" in markdown({"sizes": [size]})
+
+
+def test_bad_query_vectors_choice_is_refused() -> None:
+    result = CliRunner().invoke(main, ["bench", "scale", "--sizes", "10k", "--query-vectors", "random"])
+    assert result.exit_code == 2 and "--query-vectors" in result.output
