@@ -84,3 +84,13 @@ def tests(session: nox.Session, target: str) -> None:
         install_without_models(session, f"backends/{target}")
         session.install(*groups)
     session.run("pytest", f"backends/{target}/tests", "-rs", *session.posargs, env=env)
+
+
+@nox.session(python="3.11", default=False)
+def bench_upstream(session: nox.Session) -> None:
+    """Side by side with upstream Hindsight 1.1.0 (installed from PyPI) on the LoCoMo dev banks."""
+    install(session)
+    # upstream gets its own venv next to this session's, installed once and reused
+    upstream = os.path.join(os.path.dirname(session.virtualenv.location), "upstream-hindsight")
+    session.run("python", "-m", "hindsight_recall.bench.upstream", "--upstream-venv", upstream,
+                "--data", "bench/locomo/dev", *session.posargs, env=OFFLINE)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hindsight_recall.bench._report import markdown
+from hindsight_recall.bench._rerank_cost import DEFAULT_SHAPE, random_cross_encoder
 from hindsight_recall.bench.scale import int_list, percentiles, phase_seconds
 from hindsight_recall.bench.synthetic import DIMENSIONS, generate, queries
 from hindsight_recall.cli import main
+from hindsight_recall.time.window import resolve_window
 
 
 def test_generator_is_deterministic() -> None:
@@ -56,6 +60,7 @@ def test_helpers() -> None:
 def test_bench_scale_smoke_at_10k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HINDSIGHT_API_DATABASE_URL", raising=False)
     monkeypatch.setenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(tmp_path / "pg"))
+    monkeypatch.setenv("HINDSIGHT_API_RERANKER_MAX_CANDIDATES", "20")  # keeps the cross-encoder pass short
     plot = importlib.util.find_spec("matplotlib") is not None
     out = tmp_path / "out"
     args = ["bench", "scale", "--sizes", "10k", "--concurrency", "1,2", "--queries", "6",
@@ -69,9 +74,57 @@ def test_bench_scale_smoke_at_10k(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert set(size["recall"]) == {"all arms", "semantic + keyword"}
     mid = size["recall"]["all arms"]["mid"]
     assert mid["n"] == 6 and mid["p50"] > 0 and {"semantic", "keyword"} <= set(mid["arms"])
-    assert mid["mean_results"] > 0  # synthetic query vectors land near their topic
+    assert mid["mean_results"] > 0
+    # no window is passed: the temporal arm runs because the date finder read the questions' dates
+    assert "temporal" in mid["arms"]
+    reranker = size["reranker"]
+    assert 0 < reranker["mean_candidates_reranked"] <= 20 and reranker["cap"] == 20
+    assert reranker["recall"]["n"] == 6 and reranker["reranking_phase"]["p50"] > 0
+    assert "default cross-encoder" in (out / "scale.md").read_text()
+    assert (tmp_path / "pg" / "random-cross-encoder" / "config.json").exists()  # built once, kept for reruns
     assert [r["concurrency"] for r in size["concurrency"]] == [1, 2]
     assert all(not r["errors"] for r in size["concurrency"])
     assert "| 10k |" in (out / "scale.md").read_text()
     assert (out / "scale.png").exists() == plot
     assert not (tmp_path / "pg" / "scale-10000").exists()  # the size's database is removed
+
+
+def test_temporal_questions_name_their_window_in_the_text() -> None:
+    bank = generate(500, seed=2)
+    temporal = [q for q in queries(bank, 30) if q.kind == "temporal"]
+    assert temporal
+    for q in temporal:
+        found = resolve_window(q.text, datetime(2030, 1, 1, tzinfo=UTC))
+        assert found is not None and q.window is not None, q.text
+        assert found.start.date() == q.window[0].date() and found.end.date() >= q.window[1].date() - timedelta(days=1)
+
+
+def test_random_cross_encoder_has_the_default_shape_and_is_cached(tmp_path: Path) -> None:
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoConfig
+
+    path = random_cross_encoder(tmp_path / "ce")
+    config = AutoConfig.from_pretrained(path).to_dict()
+    assert {k: config[k] for k in DEFAULT_SHAPE if k != "num_labels"} == {
+        k: v for k, v in DEFAULT_SHAPE.items() if k != "num_labels"}
+    assert config["id2label"] and len(config["id2label"]) == 1
+    stamp = (path / "config.json").stat().st_mtime_ns
+    assert random_cross_encoder(tmp_path / "ce") == path and (path / "config.json").stat().st_mtime_ns == stamp
+    scores = CrossEncoder(str(path), device="cpu").predict([("a question", "a passage"), ("q", "another one")])
+    assert len(scores) == 2
+
+
+def test_markdown_reports_the_reranker_only_when_measured() -> None:
+    row = {"p50": 1.0, "p95": 2.0, "p99": 3.0, "mean": 1.0, "n": 3}
+    size = {"memories": 10_000, "database": {"bytes_per_memory": 1.0},
+            "ingest": {"load_seconds": 1.0, "link_seconds": 1.0, "index_seconds": 1.0, "links_per_memory": 1.0,
+                       "per_second_without_embedding": 1.0, "per_second_with_embedding": 1.0},
+            "recall": {"all arms": {"mid": {**row, "arms": ["semantic"], "phases": {}}}}, "concurrency": []}
+    assert "cross-encoder" not in markdown({"sizes": [size]})
+    size["reranker"] = {"mean_candidates_reranked": 300, "recall": row, "reranking_phase": row}
+    assert "| 10k | 300 | 1.0 / 2.0 | 1.0 / 2.0 | 1.0 |" in markdown({"sizes": [size]})
+
+
+def test_bad_query_vectors_choice_is_refused() -> None:
+    result = CliRunner().invoke(main, ["bench", "scale", "--sizes", "10k", "--query-vectors", "random"])
+    assert result.exit_code == 2 and "--query-vectors" in result.output

@@ -283,8 +283,12 @@ def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, ou
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-scale"), show_default=True)
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Write scale.png (needs matplotlib).")
 @click.option("--keep", is_flag=True, help="Keep each size's embedded database directory.")
+@click.option("--query-vectors", type=click.Choice(["model", "synthetic"]), default="model", show_default=True,
+              help="Search with the embedder's query vector, or the topic's synthetic one (--embeddings random).")
+@click.option("--reranker/--no-reranker", default=True, show_default=True,
+              help="Also time the default cross-encoder's shape (random weights) on the capped candidates.")
 def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, query_count: int, seed: int,
-                out: Path, plot: bool, keep: bool) -> None:
+                out: Path, plot: bool, keep: bool, query_vectors: str, reranker: bool) -> None:
     """Ingest synthetic banks of each size; time ingest, recall per phase and concurrent recalls."""
     from .bench.scale import ScaleOptions, int_list, run_scale
 
@@ -294,7 +298,8 @@ def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, que
     try:
         options = ScaleOptions(sizes=int_list(sizes), budgets=levels,
                                embeddings=embeddings, concurrency=int_list(concurrency), queries=query_count,
-                               seed=seed, out=out, plot=plot, keep=keep)
+                               seed=seed, out=out, plot=plot, keep=keep, query_vectors=query_vectors,
+                               reranker=reranker)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     run(lambda: run_scale(options, echo=click.echo))

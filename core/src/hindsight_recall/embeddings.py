@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -44,6 +45,9 @@ class LocalEmbeddings:
 
                 hf_logging.disable_progress_bar()  # the weight-loading bar is noise in a CLI
 
+                if self.settings.embeddings_local_backend == "onnx":
+                    self._model = self._load_onnx()
+                    return self._model
                 try:
                     self._model = SentenceTransformer(self.model_name, device="cpu")
                 except Exception as exc:
@@ -51,6 +55,20 @@ class LocalEmbeddings:
                         f"HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL={self.model_name!r} cannot be loaded: {exc}"
                     ) from exc
             return self._model
+
+    def _load_onnx(self) -> Any:
+        from ._onnx import OnnxEncoder
+
+        cache = self.settings.embeddings_onnx_cache_dir or Path.home() / ".cache" / "hindsight-recall" / "onnx"
+        try:
+            return OnnxEncoder(self.model_name, cache)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(
+                f"HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL={self.model_name!r} cannot be exported to or run with ONNX "
+                f"({exc}); set HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=torch"
+            ) from exc
 
     def dimensions(self) -> int:
         model = self._load()

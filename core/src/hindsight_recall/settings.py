@@ -119,6 +119,10 @@ class Settings(BaseSettings, BankSettings):
     embeddings_query_prefix: str = ""
     embeddings_passage_prefix: str = ""
     embeddings_batch_size: int = Field(64, ge=1)
+    #: ``torch`` runs the model through sentence-transformers; ``onnx`` through ONNX Runtime (the ``onnx`` extra)
+    embeddings_local_backend: Literal["torch", "onnx"] = "torch"
+    #: where ONNX exports are kept (default ``~/.cache/hindsight-recall/onnx``)
+    embeddings_onnx_cache_dir: Path | None = None
 
     # Reranking
     reranker_provider: str = "local"

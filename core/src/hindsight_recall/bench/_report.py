@@ -74,7 +74,26 @@ def markdown(report: dict[str, Any]) -> str:
             out.append(f"| {_size(s['memories'])} | {r['concurrency']} | {r['throughput_per_s']:.1f} | "
                        f"{r['p50']:.1f} | "
                        f"{r['p95']:.1f} | {sum(r['errors'].values())} |")
+    out += _reranker(sizes)
     return "\n".join(out) + "\n"
+
+
+def _reranker(sizes: list[dict[str, Any]]) -> list[str]:
+    """The default cross-encoder's cost, where it was measured."""
+    rows = [s for s in sizes if s.get("reranker", {}).get("recall")]
+    if not rows:
+        return []
+    out = ["", "### With the default cross-encoder (budget mid, all arms; random weights of the default's shape)", "",
+           "| memories | candidates reranked | recall p50 / p95 ms | reranking alone p50 / p95 ms | without p50 ms |",
+           "|---:|---:|---:|---:|---:|"]
+    for s in rows:
+        r = s["reranker"]
+        without = s["recall"].get("all arms", {}).get("mid", {}).get("p50")
+        out.append(f"| {_size(s['memories'])} | {r['mean_candidates_reranked']:.0f} | "
+                   f"{r['recall']['p50']:.1f} / {r['recall']['p95']:.1f} | "
+                   f"{r['reranking_phase']['p50']:.1f} / {r['reranking_phase']['p95']:.1f} | "
+                   f"{'' if without is None else f'{without:.1f}'} |")
+    return out
 
 
 def _phases(sizes: list[dict[str, Any]], configs: list[str]) -> list[str]:

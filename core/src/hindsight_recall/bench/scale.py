@@ -1,10 +1,13 @@
 """``bench scale``: ingest throughput, recall latency per phase, concurrency and size from 10k to 1M memories.
 
 Each bank size gets its own database (a fresh embedded server directory), so sizes never share
-indexes. Recall runs with the ``rrf`` reranker (no cross-encoder) and includes embedding the query
-with the real model. With ``--embeddings random`` the memories get low-rank synthetic vectors and
-every query is still embedded by the model (its cost counts), but the vector searched with is the
-synthetic one of the question's topic, so similarities behave as with real data.
+indexes. Recall is timed as users call it: the trace off, each query embedded by the configured
+embedder, and date windows found by the date finder in the question's text. Latency runs with the
+``rrf`` reranker (no cross-encoder); the default cross-encoder's cost on the capped candidates is
+measured apart, with a random model of its shape (see ``_rerank_cost``). With ``--embeddings random``
+the memories get low-rank synthetic vectors; ``--query-vectors synthetic`` then searches with the
+synthetic vector of the question's topic (the model still runs, its cost counts), so similarities
+behave as with real data, while ``model`` (the default) searches with the model's own vector.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class ScaleOptions:
     :param out: where the JSON, markdown and PNG go.
     :param plot: write the PNG (needs matplotlib).
     :param keep: keep each size's database directory.
+    :param query_vectors: ``model`` (search with the embedder's vector) or ``synthetic`` (the topic's
+        vector, with ``embeddings="random"``; the embedder still runs).
+    :param reranker: also time the default cross-encoder (a random model of its shape) on the capped
+        candidates.
     """
 
     sizes: list[int]
@@ -65,6 +72,8 @@ class ScaleOptions:
     out: Path = Path("bench-scale")
     plot: bool = True
     keep: bool = False
+    query_vectors: str = "model"
+    reranker: bool = True
 
 
 def int_list(value: str) -> list[int]:
@@ -160,7 +169,7 @@ async def run_scale(options: ScaleOptions, echo: Callable[[str], None] = print,
         require_matplotlib()  # fail before an hour of measuring, not after
     make = make_settings or load_settings
     options.out.mkdir(parents=True, exist_ok=True)
-    base = make().embedded_data_dir or Path(tempfile.gettempdir()) / "hindsight-bench-scale"
+    base = base_dir(make)
     report: dict[str, Any] = {"machine": machine(), "options": {**asdict(options), "out": str(options.out)},
                               "sizes": []}
     for n in options.sizes:
@@ -172,6 +181,11 @@ async def run_scale(options: ScaleOptions, echo: Callable[[str], None] = print,
         plot(report, options.out / "scale.png")
     echo(f"wrote {options.out / 'scale.json'}, scale.md" + (", scale.png" if options.plot else ""))
     return report
+
+
+def base_dir(make: Callable[..., Any]) -> Path:
+    """Where the size databases and the random cross-encoder go."""
+    return Path(make().embedded_data_dir or Path(tempfile.gettempdir()) / "hindsight-bench-scale")
 
 
 async def _one_size(n: int, options: ScaleOptions, echo: Callable[[str], None], make: Callable[..., Any],
@@ -196,7 +210,7 @@ async def _one_size(n: int, options: ScaleOptions, echo: Callable[[str], None], 
             result["ingest"] = await _ingest(engine, bank, bank_id, options, echo, report)
             result["database"] = await _database(engine, n)
             echo(f"[{n:,}] database {result['database']['bytes_per_memory']:,.0f} bytes per memory")
-            if options.embeddings == "random":
+            if options.embeddings == "random" and options.query_vectors == "synthetic":
                 engine.embedder = QueryVectors(engine.embedder, {})
             qs = queries(bank, options.queries, seed=options.seed)
             # Measure recall, not the collector: the generated bank is millions of objects a full
@@ -212,6 +226,8 @@ async def _one_size(n: int, options: ScaleOptions, echo: Callable[[str], None], 
             result["load_average_before"] = [round(x, 2) for x in os.getloadavg()]
             result["recall"] = await _latency(engine, bank_id, qs, options.budgets, echo, n)
             result["concurrency"] = await _concurrency(engine, bank_id, qs, options.concurrency, echo, n)
+            if options.reranker:
+                result["reranker"] = await _rerank(engine, bank_id, qs, Path(base_dir(make)), echo, n)
             result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
             result["peak_rss_mb"] = peak_rss_mb()
     finally:
@@ -277,9 +293,11 @@ async def _database(engine: Any, n: int) -> dict[str, Any]:
             "shared_with_other_banks": engine.settings.database_url is not None}
 
 
-async def _recall(engine: Any, bank_id: str, q: BenchQuery, budget: str) -> tuple[float, dict[str, Any]]:
+async def _recall(engine: Any, bank_id: str, q: BenchQuery, budget: str,
+                  trace: bool = False) -> tuple[float, dict[str, Any]]:
+    # no temporal_window: the date finder reads the window from the question, as for a user
     started = time.perf_counter()
-    body = await engine.recall(bank_id, q.text, budget=budget, trace=True, temporal_window=q.window)
+    body = await engine.recall(bank_id, q.text, budget=budget, trace=trace)
     return time.perf_counter() - started, body
 
 
@@ -305,7 +323,8 @@ async def _latency(engine: Any, bank_id: str, qs: list[BenchQuery], budgets: lis
                 totals.append(seconds)
                 by_kind.setdefault(q.kind, []).append(seconds)
                 results += len(body["results"])
-                for name, value in phase_seconds(body).items():
+            for q in qs:  # phases from a second, traced pass: the trace's own cost stays out of the timings
+                for name, value in phase_seconds((await _recall(engine, bank_id, q, budget, trace=True))[1]).items():
                     phases.setdefault(name, []).append(value)
                     if name.startswith("retrieval_"):
                         arms.add(name.removeprefix("retrieval_"))
@@ -350,3 +369,44 @@ async def _concurrency(engine: Any, bank_id: str, qs: list[BenchQuery], levels: 
              f"p50 {row['p50']:.1f} ms, "
              f"p95 {row['p95']:.1f} ms, {sum(errors.values())} errors")
     return rows
+
+
+async def _rerank(engine: Any, bank_id: str, qs: list[BenchQuery], base: Path, echo: Callable[[str], None],
+                  n: int) -> dict[str, Any]:
+    """Recall at budget mid with the default local reranker on a random model of the default's shape."""
+    from ..recall.rerank import RerankStage
+    from ._rerank_cost import DEFAULT_SHAPE, local_reranker, random_cross_encoder
+
+    reranker = local_reranker(random_cross_encoder(base / "random-cross-encoder"), engine.settings)
+    if reranker is None:
+        echo(f"[{n:,}] reranker cost skipped: pip install hindsight-recall-reranker-local")
+        return {"skipped": "the local reranker plugin is not installed"}
+    before = engine.rerank
+    engine.rerank = RerankStage(reranker, engine.settings)
+    async with engine.db.connect() as conn:  # reranking on for this pass, whatever the environment says
+        await banks.set_bank_config(conn, bank_id, {**CONFIGS["all arms"], "enable_reranking": True})
+    try:
+        for q in qs[:WARMUP]:  # loads the model
+            await _recall(engine, bank_id, q, "mid")
+        totals = [(await _recall(engine, bank_id, q, "mid"))[0] for q in qs]
+        stage: list[float] = []
+        reranked: list[int] = []
+        for q in qs:
+            body = (await _recall(engine, bank_id, q, "mid", trace=True))[1]
+            stage.append(phase_seconds(body).get("reranking", 0.0))
+            for phase in body["trace"]["summary"]["phase_metrics"]:
+                if phase["phase_name"] == "reranking" and phase["details"].get("reranker_type") == "local":
+                    reranked.append(int(phase["details"].get("candidates_reranked", 0)))
+    finally:
+        await engine.rerank.close()
+        engine.rerank = before
+        async with engine.db.connect() as conn:
+            await banks.set_bank_config(conn, bank_id, {**CONFIGS["all arms"], "enable_reranking": None})
+    out = {"model": "random weights, the shape of cross-encoder/ms-marco-MiniLM-L-6-v2", "shape": DEFAULT_SHAPE,
+           "cap": engine.settings.reranker_cap("mid"), "recall": percentiles(totals),
+           "reranking_phase": percentiles(stage),
+           "mean_candidates_reranked": round(sum(reranked) / len(reranked), 1) if reranked else 0.0}
+    echo(f"[{n:,}] with the default cross-encoder (mid, {out['mean_candidates_reranked']:.0f} candidates): "
+         f"recall p50 {out['recall']['p50']:.1f} ms, p95 {out['recall']['p95']:.1f} ms; "
+         f"reranking alone p50 {out['reranking_phase']['p50']:.1f} ms")
+    return out

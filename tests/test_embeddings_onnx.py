@@ -1,0 +1,84 @@
+"""The ONNX Runtime backend of the local embedder agrees with torch and exports once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hindsight_recall.embeddings import LocalEmbeddings, bundled_model_path
+from hindsight_recall.errors import ConfigError
+from hindsight_recall.settings import Settings, load_settings
+
+pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'hindsight-recall[onnx]'")
+
+TEXTS = [
+    "Caroline went to the LGBTQ support group yesterday.",
+    "What car does Dave drive?",
+    "x",
+    "Melanie: " + "We painted a sunrise by the lake last summer, and the kids loved it. " * 30,  # past 256 tokens
+    "Ünïcode, emoji 🎨 and numbers 2023-05-08.",
+]
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+def embed(backend: str, cache: Path, texts: list[str], mode: str = "passage") -> np.ndarray:
+    emb = LocalEmbeddings(Settings(embeddings_local_backend=backend, embeddings_onnx_cache_dir=cache))
+    return np.array(asyncio.run(emb.embed(texts, mode=mode)))
+
+
+def test_onnx_agrees_with_torch(onnx_cache: Path) -> None:
+    torch_vectors = embed("torch", onnx_cache, TEXTS)
+    onnx_vectors = embed("onnx", onnx_cache, TEXTS)
+    assert onnx_vectors.shape == torch_vectors.shape == (len(TEXTS), 384)
+    cosine = (torch_vectors * onnx_vectors).sum(axis=1) / (
+        np.linalg.norm(torch_vectors, axis=1) * np.linalg.norm(onnx_vectors, axis=1))
+    assert cosine.min() >= 0.999, cosine
+    assert np.allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-4)
+
+
+def test_export_is_cached_and_reused(onnx_cache: Path) -> None:
+    embed("onnx", onnx_cache, ["warm"])
+    (export,) = onnx_cache.glob("*/model.onnx")
+    stamp = export.stat().st_mtime_ns
+    emb = LocalEmbeddings(Settings(embeddings_local_backend="onnx", embeddings_onnx_cache_dir=onnx_cache))
+    assert emb.dimensions() == 384
+    assert export.stat().st_mtime_ns == stamp and len(list(onnx_cache.glob("*/model.onnx"))) == 1
+    assert not list(onnx_cache.glob("*/*.part"))
+
+
+def test_empty_batch_and_order(onnx_cache: Path) -> None:
+    assert embed("onnx", onnx_cache, []).shape[0] == 0
+    one_by_one = np.array([embed("onnx", onnx_cache, [t])[0] for t in TEXTS[:3]])
+    assert np.allclose(embed("onnx", onnx_cache, TEXTS[:3]), one_by_one, atol=1e-5)
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ConfigError, match="EMBEDDINGS_LOCAL_BACKEND"):
+        load_settings(embeddings_local_backend="tensorflow")
+
+
+def test_missing_onnxruntime_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    emb = LocalEmbeddings(Settings(embeddings_local_backend="onnx", embeddings_onnx_cache_dir=tmp_path))
+    with pytest.raises(ConfigError, match=r"hindsight-recall\[onnx\]"):
+        emb.dimensions()
+
+
+def test_other_pooling_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "cls-model"
+    (model / "1_Pooling").mkdir(parents=True)
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True,
+                                                                 "pooling_mode_mean_tokens": False}))
+    emb = LocalEmbeddings(Settings(embeddings_local_backend="onnx", embeddings_local_model=str(model),
+                                   embeddings_onnx_cache_dir=tmp_path / "cache"))
+    with pytest.raises(ConfigError, match="mean-pooling"):
+        emb.dimensions()
+    assert bundled_model_path()  # the default model is mean-pooled, so it is not refused
