@@ -31,7 +31,8 @@ def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mappi
         "source_fact_ids": [external.get(s, str(s)) for s in row.source_memory_ids] or None,
     }
     out.update({k: v for k, v in optional.items() if v is not None})
-    out["scores"] = {"final": c.final, "reranker": c.reranker_score, "semantic": c.semantic, "keyword": c.keyword}
+    out["scores"] = {"final": c.final, "reranker": c.reranker_score, "semantic": c.semantic, "keyword": c.keyword,
+                     "context": c.context}
     return out
 
 
@@ -211,6 +212,7 @@ def _trace(req: RecallRequest, trace: Trace, limit: int, embedding: Sequence[flo
                       "rrf_rank": c.rrf_rank, "rank_change": c.rrf_rank - i,
                       "score_components": {"cross_encoder_score": c.cross_encoder_raw,
                                            "cross_encoder_score_normalized": c.cross_encoder, "rrf_score": c.rrf_score,
+                                           "context": c.context,
                                            "temporal": c.temporal, "recency": c.recency, "proof_norm": c.proof,
                                            "combined_score": c.final}}
                      for i, c in enumerate(ranked, start=1)],
