@@ -160,3 +160,26 @@ async def test_temporal_arm_puts_the_relevant_memory_first(engine: Engine, bank:
                                temporal_window=("2023-03-01T00:00:00Z", "2023-05-31T23:59:59Z"))
     arm = next(r for r in body["trace"]["retrieval_results"] if r["method_name"] == "temporal")
     assert [r["node_id"] for r in arm["results"]][0] == "edge"
+
+
+# --- the benchmark's ablations ----------------------------------------------------------------------
+
+
+async def test_bench_per_arm_scores_every_arm_and_every_ablation_in_one_run(
+    make_settings: Callable[..., Settings], tmp_path: Any, bank: str
+) -> None:
+    import json
+
+    from hindsight_recall.bench.locomo import ABLATIONS, run_locomo
+
+    memories = tmp_path / "memories.jsonl"
+    memories.write_text("".join(json.dumps({"bank": bank, **m}) + "\n" for m in chat()))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"bank": bank, "qid": "q1", "question": "holiday in the mountains",
+                                   "category_name": "single-hop", "evidence": ["a"]}) + "\n")
+    engine = Engine(make_settings())
+    report = await run_locomo(engine, memories, queries, per_arm=True, echo=lambda _: None)
+    assert set(ABLATIONS) <= set(report["metrics"]) and "arm:keyword" in report["metrics"]
+    assert set(report["variant_latency_ms"]) == set(ABLATIONS)
+    assert report["per_category"]["without:context"]["single-hop"]["n"] == 1
+    assert engine.settings.recall_context_enabled  # the default settings are back
