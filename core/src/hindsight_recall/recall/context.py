@@ -9,8 +9,9 @@ becomes
 
 where ``prev``/``next`` are the memories just before and after it in its document (its
 ``document_id``, else its chunk), and a neighbour that no arm found enters with ``s = 0``. Only
-the neighbours of the best ``expand`` candidates are added, so the stage costs two small index
-lookups. Memories without a position (no document and no chunk) keep their score.
+the best ``expand`` candidates and their neighbours are placed (further down, a lift cannot reach
+the top), so the stage costs one statement on the (bank, document, position) index. Memories without
+a position (no document and no chunk) keep their score.
 """
 
 from __future__ import annotations
@@ -63,14 +64,13 @@ async def apply_context(ctx: RetrievalContext, candidates: list[Candidate]) -> t
     a, b = config.recall_context_neighbour_weight, config.recall_context_document_weight
     if not config.recall_context_enabled or not candidates or (a <= 0 and b <= 0):
         return candidates, {"enabled": False}
-    ids = [c.row.id for c in candidates]
+    known = {c.row.id for c in candidates}
     async with ctx.db.connect() as conn:
-        places = await _places(conn, ctx.bank_id, ids)
-        wanted = _missing_neighbours(ids[: config.recall_context_expand], places)
-        rows = await _neighbour_rows(conn, ctx, wanted) if wanted else {}
+        found = await _around(conn, ctx, [c.row.id for c in candidates[: config.recall_context_expand]])
+    places = {row.id: place for place, row in found.items()}
+    rows = {place: row for place, row in found.items() if row.id not in known}
     top = max(c.rrf_score for c in candidates) or 1.0
     scores = {c.row.id: c.rrf_score / top for c in candidates}
-    places.update({row.id: place for place, row in rows.items()})
     added = lift(scores, places, a, b)
     fresh = [Candidate(row=row, rrf_score=0.0) for row in rows.values()]
     everything = candidates + fresh
@@ -84,33 +84,17 @@ async def apply_context(ctx: RetrievalContext, candidates: list[Candidate]) -> t
                         "neighbours_added": len(fresh)}
 
 
-def _missing_neighbours(ids: Sequence[uuid.UUID], places: Mapping[uuid.UUID, Place]) -> list[Place]:
-    known = set(places.values())
-    wanted: dict[Place, None] = {}
-    for key in ids:
-        if key in places:
-            doc, pos = places[key]
-            for near in ((doc, pos - 1), (doc, pos + 1)):
-                if near not in known and near[1] >= 0:
-                    wanted[near] = None
-    return list(wanted)
-
-
-async def _places(conn: Any, bank_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Place]:
-    rows = await conn.execute(text(
-        f"SELECT id, {DOCUMENT_KEY} AS doc, position FROM memory_units "
-        "WHERE bank_id = :bank_id AND id = ANY(:ids) AND position IS NOT NULL"
-    ), {"bank_id": bank_id, "ids": list(ids)})
-    return {r.id: (r.doc, r.position) for r in rows}
-
-
-async def _neighbour_rows(conn: Any, ctx: RetrievalContext, wanted: Sequence[Place]) -> dict[Place, MemoryRow]:
-    """The rows at the wanted places, of the request's fact types and passing its filter."""
+async def _around(conn: Any, ctx: RetrievalContext, ids: Sequence[uuid.UUID]) -> dict[Place, MemoryRow]:
+    """In one statement: the rows at, just before and just after each given memory in its document,
+    of the request's fact types and passing its filter, by (document, position)."""
+    if not ids:
+        return {}
     result = await conn.execute(text(
         f"SELECT {COLUMNS}, {DOCUMENT_KEY} AS doc_key, position FROM memory_units "
-        f"JOIN unnest(CAST(:docs AS text[]), CAST(:positions AS int[])) AS w(doc, pos) "
+        f"JOIN (SELECT DISTINCT {DOCUMENT_KEY} AS doc, position + d AS pos FROM memory_units "
+        f"CROSS JOIN (VALUES (-1), (0), (1)) AS s(d) "
+        f"WHERE bank_id = :bank_id AND id = ANY(:ids) AND position IS NOT NULL) AS w "
         f"ON {DOCUMENT_KEY} = w.doc AND position = w.pos "
         f"WHERE bank_id = :bank_id AND fact_type = ANY(:fact_types) AND {ctx.filter.sql}"
-    ), {"bank_id": ctx.bank_id, "docs": [d for d, _ in wanted], "positions": [p for _, p in wanted],
-        "fact_types": list(ctx.fact_types), **ctx.filter.params})
+    ), {"bank_id": ctx.bank_id, "ids": list(ids), "fact_types": list(ctx.fact_types), **ctx.filter.params})
     return {(m["doc_key"], m["position"]): row_from(m) for m in result.mappings()}
