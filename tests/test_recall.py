@@ -13,7 +13,7 @@ from hindsight_recall.recall.trace import DIAGNOSTIC_PREFIXES
 from hindsight_recall.store import banks
 
 PHASES = ["backend_acquisition", "generate_query_embedding", "temporal_extraction", "parallel_retrieval",
-          "rrf_merge", "rerank_prefilter", "reranking", "combined_scoring", "prefer_observations_dedup",
+          "rrf_merge", "context", "rerank_prefilter", "reranking", "combined_scoring", "prefer_observations_dedup",
           "chunk_fetch", "token_filtering", "source_fact_fetch", "entity_build"]
 
 

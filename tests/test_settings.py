@@ -33,6 +33,8 @@ DEFAULTS = {
     "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,
     "enable_temporal_retrieval": True, "enable_graph_retrieval": True, "enable_reranking": True, "enable_text_search": True, "recall_rrf_k": 5,
     "recall_rrf_weights": "keyword:1.5",
+    "recall_context_enabled": True, "recall_context_neighbour_weight": 0.3, "recall_context_document_weight": 0.2,
+    "recall_context_expand": 50,
 }
 
 

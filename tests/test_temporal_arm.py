@@ -15,6 +15,7 @@ from hindsight_recall.recall.arms.temporal import (
     bucket_of,
     propagate,
     proximity,
+    relevance,
     spread_over_time,
 )
 from hindsight_recall.settings import Settings
@@ -148,6 +149,13 @@ def temporal_ids(body: dict[str, Any], fact_type: str = "world") -> list[str]:
     return [r["node_id"] for r in temporal_results(body).get(fact_type, [])]
 
 
+async def similarity(engine: Engine, query: str, memory: str) -> float:
+    """The query-memory cosine the arm's SQL computes."""
+    q, m = await engine.embedder.embed([query], mode="query"), await engine.embedder.embed([memory], mode="passage")
+    dot = sum(a * b for a, b in zip(q[0], m[0], strict=True))
+    return dot / (sum(a * a for a in q[0]) ** 0.5 * sum(b * b for b in m[0]) ** 0.5)
+
+
 def spring_p(date: datetime) -> float:
     start, end = (datetime.fromisoformat(s.replace("Z", "+00:00")) for s in SPRING)
     half = (end - start).total_seconds() / 2
@@ -158,14 +166,16 @@ async def test_temporal_arm_ranks_the_window_and_spreads_along_causes(engine: En
     body = await engine.recall(alice, "What did Alice do?", temporal_window=SPRING, trace=True)
     arm = temporal_results(body)
     world = {r["node_id"]: r for r in arm["world"]}
-    # entry points: the spring-2023 memories, scored by proximity to mid-April
-    assert world["marathon"]["score"] == pytest.approx(spring_p(day(4, 23)))
-    assert world["reorg"]["score"] == pytest.approx(spring_p(day(5, 15)))
-    assert world["marathon"]["score"] > world["reorg"]["score"]
+    # relevance first (a departure from SPEC §6.4): similarity to the query plus 0.1 × proximity
+    texts = {r["node_id"]: r["text"] for r in arm["world"]}
+    for name, p in (("marathon", spring_p(day(4, 23))), ("reorg", spring_p(day(5, 15)))):
+        expected = relevance(await similarity(engine, "What did Alice do?", texts[name]), p)
+        assert world[name]["score"] == pytest.approx(expected, abs=1e-5)
     assert world["marathon"]["score_name"] == "temporal_score"
     assert [r["node_id"] for r in arm["experience"]] == ["pasta"]
-    # reorg causes "left" (June 30, outside the window): t = 1.0 × 1.0 × 2.0 × 0.7, own proximity 0
-    assert world["left"]["score"] == pytest.approx(1.4)
+    # reorg causes "left" (June 30, outside the window): reached by spreading, own proximity 0
+    left_sim = await similarity(engine, "What did Alice do?", texts["left"])
+    assert world["left"]["score"] == pytest.approx(relevance(left_sim, 0.0), abs=1e-5)
     left = next(r for r in body["trace"]["reranked"] if r["node_id"] == "left")
     assert left["score_components"]["temporal"] == 0.0
     marathon = next(r for r in body["trace"]["reranked"] if r["node_id"] == "marathon")
@@ -187,7 +197,9 @@ async def test_spring_memories_lead_the_temporal_arm_without_causal_links(engine
          "occurred_start": "2022-10-01T00:00:00Z", "occurred_end": "2023-03-15T00:00:00Z"},
     ])
     body = await engine.recall(bank, "What did Alice plant?", temporal_window=SPRING, trace=True)
-    assert temporal_ids(body) == ["spring", "mention", "early", "span"]  # by proximity to mid-April
+    rows = temporal_results(body)["world"]
+    assert {r["node_id"] for r in rows} == {"spring", "mention", "early", "span"}  # "summer" is outside
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
     assert "summer" in {r["id"] for r in body["results"]}
 
 
@@ -200,8 +212,10 @@ async def test_entry_points_cover_the_whole_window(engine: Engine, bank: str) ->
     body = await engine.recall(bank, "Alice hiking in the Alps", temporal_window=SPRING, trace=True)
     rows = {r["node_id"]: r for r in temporal_results(body)["world"]}
     # twelve hikes outrank both museums on similarity, yet the museums' buckets get entry points
-    assert rows["museum-apr"]["score"] == pytest.approx(spring_p(day(4, 20)))
-    assert rows["museum-may"]["score"] == pytest.approx(spring_p(day(5, 25)))
+    query = "Alice hiking in the Alps"
+    for name, date in (("museum-apr", day(4, 20)), ("museum-may", day(5, 25))):
+        expected = relevance(await similarity(engine, query, rows[name]["text"]), spring_p(date))
+        assert rows[name]["score"] == pytest.approx(expected, abs=1e-5)
     # the hikes left out as entry points are reached through their temporal links
     assert {f"hike{i}" for i in range(12)} <= set(rows)
 
@@ -226,7 +240,8 @@ async def test_temporal_links_are_followed_both_ways(engine: Engine, bank: str) 
     query = "What did Alice do at the conference?"
     body = await engine.recall(bank, query, temporal_window=window, trace=True)
     scores = {r["node_id"]: r["score"] for r in temporal_results(body)["world"]}
-    assert scores["evening"] == pytest.approx((1 - 10 / 24) * 1.0 * 0.7)  # its own proximity is 0
+    evening = relevance(await similarity(engine, query, "Alice had dinner with the conference speakers."), 0.0)
+    assert scores["evening"] == pytest.approx(evening, abs=1e-5)  # reached backwards; its own proximity is 0
 
 
 async def test_spreading_follows_causal_chains_for_at_most_five_rounds(engine: Engine, bank: str) -> None:
@@ -237,8 +252,10 @@ async def test_spreading_follows_causal_chains_for_at_most_five_rounds(engine: E
     scores = {r["node_id"]: r["score"] for r in temporal_results(body)["world"]}
     # c0 is the only entry point; each round follows one more "causes" hop, and round six never runs
     assert set(scores) == {f"c{i}" for i in range(6)}
-    assert scores["c0"] == pytest.approx(1.0)  # c0 sits at the window's midpoint
-    assert [scores[f"c{i}"] for i in range(1, 6)] == pytest.approx([1.4 ** i for i in range(1, 6)])
+    query = "Alice project steps"
+    for i in range(6):  # c0 sits at the window's midpoint; the others lie outside it
+        sim = await similarity(engine, query, f"Alice step {i} of the project.")
+        assert scores[f"c{i}"] == pytest.approx(relevance(sim, 1.0 if i == 0 else 0.0), abs=1e-5)
 
 
 async def test_filters_apply_in_sql_to_pool_and_spreading(engine: Engine, alice: str) -> None:

@@ -45,6 +45,11 @@ class BankSettings(BaseModel):
     enable_text_search: bool = True
     recall_rrf_k: int = Field(5, ge=1)
     recall_rrf_weights: str = "keyword:1.5"
+    # The context stage (recall/context.py): neighbours in a memory's document lift it.
+    recall_context_enabled: bool = True
+    recall_context_neighbour_weight: float = Field(0.3, ge=0)
+    recall_context_document_weight: float = Field(0.2, ge=0)
+    recall_context_expand: int = Field(50, ge=0)
 
     @model_validator(mode="after")
     def _budget_clamp_ordered(self) -> BankSettings:

@@ -61,6 +61,8 @@ class Memory:
     metadata: Mapping[str, str] = field(default_factory=dict)
     causes: tuple[str, ...] = ()
     source_ids: tuple[str, ...] = ()
+    #: place within its document (``document_id``, else its chunk); None: the order it was given in
+    position: int | None = None
 
     def __post_init__(self) -> None:
         check_memory(self)
@@ -158,6 +160,8 @@ class Candidate:
     semantic: float | None = None
     keyword: float | None = None
     temporal_proximity: float | None = None
+    #: what the context stage added to the fused score (neighbours and the document's best)
+    context: float | None = None
     cross_encoder_raw: float | None = None
     cross_encoder: float = 0.0
     reranker_score: float | None = None

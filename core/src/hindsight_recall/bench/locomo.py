@@ -16,6 +16,15 @@ from ..store import banks
 
 KS = (1, 5, 10)
 ALL_KS = (5, 10)
+#: ``--per-arm`` ablations: fused recall without one stage, as setting changes of the engine's settings
+ABLATIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "untraced": lambda s: {},  # the default again, without the trace: the latency users see
+    "without:context": lambda s: {"recall_context_enabled": False},
+    "without:semantic": lambda s: {"recall_rrf_weights": f"{s.recall_rrf_weights},semantic:0"},
+    "without:keyword": lambda s: {"enable_text_search": False},
+    "without:graph": lambda s: {"enable_graph_retrieval": False},
+    "without:temporal": lambda s: {"enable_temporal_retrieval": False},
+}
 
 
 def score_query(evidence: Sequence[str], ranked: Sequence[str]) -> dict[str, float]:
@@ -54,7 +63,9 @@ async def run_locomo(
 ) -> dict[str, Any]:
     """Retain every conversation into a fresh bank, recall each question, print and return the metrics.
 
-    With ``per_arm``, each arm's own ranking (read from the trace) is scored too, in the same run.
+    With ``per_arm``, each arm's own ranking (read from the trace) is scored too, and so is fused
+    recall without each stage (:data:`ABLATIONS`), each question asked once per variant in turn, so
+    the variants' latencies come from the same moments of the same run.
     Banks of the split that already exist are an error unless ``replace`` is set; then they are deleted.
     """
     batches: dict[str, list[Any]] = defaultdict(list)
@@ -64,8 +75,11 @@ async def run_locomo(
         lines[bank_id].append(line)
     questions = [json.loads(x) for x in queries.read_text(encoding="utf-8").splitlines() if x.strip()]
     rows: dict[str, list[dict[str, float]]] = defaultdict(list)
-    arm_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+    arm_rows: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
     latencies: list[float] = []
+    variants = {name: engine.settings.model_copy(update=update(engine.settings))
+                for name, update in ABLATIONS.items()} if per_arm else {}
+    variant_latencies: dict[str, list[float]] = defaultdict(list)
     skipped = 0
     async with engine:
         async with engine.db.connect() as conn:
@@ -92,25 +106,58 @@ async def run_locomo(
                 if not q.get("evidence"):
                     skipped += 1
                     continue
-                rows[q.get("category_name", str(q.get("category")))].append(score_query(q["evidence"], ranked))
+                category = q.get("category_name", str(q.get("category")))
+                rows[category].append(score_query(q["evidence"], ranked))
                 for arm, arm_ranked in (_arm_rankings(body) if per_arm else {}).items():
-                    arm_rows[arm].append(score_query(q["evidence"], arm_ranked))
+                    arm_rows[arm][category].append(score_query(q["evidence"], arm_ranked))
+                for name, ranked_without in (await _ablate(engine, variants, q, budget, max_tokens,
+                                                           variant_latencies)).items():
+                    arm_rows[name][category].append(score_query(q["evidence"], ranked_without))
                 if i % 100 == 0:
                     echo(f"  {i}/{len(questions)} queries")
         finally:
             if run_file:
                 run_file.close()
     metrics = summarise(rows)
+    by_category: dict[str, dict[str, dict[str, float]]] = {}
     for arm, arm_metrics in sorted(arm_rows.items()):
-        metrics[f"arm:{arm}"] = summarise({"ALL": arm_metrics})["ALL"]
+        name = arm if arm in ABLATIONS else f"arm:{arm}"
+        by_category[name] = summarise(arm_metrics)
+        metrics[name] = by_category[name]["ALL"]
     report = {
         "metrics": metrics, "skipped_no_evidence": skipped, "retain": stats.as_json(),
         "latency_ms": {"p50": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
                        "p95": round(percentile(latencies, 0.95) * 1000, 1)},
         "budget": budget, "max_tokens": max_tokens,
     }
+    if by_category:
+        report["per_category"] = by_category
+    if variant_latencies:
+        report["variant_latency_ms"] = {name: {"p50": round(statistics.median(v) * 1000, 1),
+                                               "p95": round(percentile(v, 0.95) * 1000, 1)}
+                                        for name, v in variant_latencies.items()}
     _print_table(report, echo)
     return report
+
+
+async def _ablate(engine: Any, variants: dict[str, Any], q: dict[str, Any], budget: str, max_tokens: int,
+                  latencies: dict[str, list[float]]) -> dict[str, list[str]]:
+    """Recall one question once per ablation, each with its settings swapped in; their rankings."""
+    if not variants or not q.get("evidence"):
+        return {}
+    ranked: dict[str, list[str]] = {}
+    default = engine.settings
+    try:
+        for name, settings in variants.items():
+            engine.settings = settings
+            started = time.perf_counter()
+            body = await engine.recall(q["bank"], q["question"], budget=budget, max_tokens=max_tokens,
+                                       include_entities=None)
+            latencies[name].append(time.perf_counter() - started)
+            ranked[name] = [r["id"] for r in body["results"]]
+    finally:
+        engine.settings = default
+    return ranked
 
 
 def _arm_rankings(body: dict[str, Any]) -> dict[str, list[str]]:
@@ -128,3 +175,5 @@ def _print_table(report: dict[str, Any], echo: Callable[[str], None]) -> None:
         echo(f"{category:18s} {values['n']:4d} " + " ".join(f"{values[n]:10.3f}" for n in names))
     echo(f"recall latency p50 {report['latency_ms']['p50']} ms, p95 {report['latency_ms']['p95']} ms; "
          f"{report['skipped_no_evidence']} queries without evidence skipped")
+    for name, lat in report.get("variant_latency_ms", {}).items():
+        echo(f"  {name}: p50 {lat['p50']} ms, p95 {lat['p95']} ms")

@@ -15,6 +15,7 @@ from ..protocols import RetrievalContext
 from ..store import banks
 from ..time.window import resolve_window
 from ..types import ArmResult, Candidate, TimeWindow
+from .context import apply_context
 from .filters import tag_filter
 from .fusion import (
     add_rank_boosts,
@@ -85,6 +86,9 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
         weights = parse_weights(config.recall_rrf_weights)
         candidates = rrf_fuse(lists, config.recall_rrf_k, weights)
         details.update(candidates=len(candidates), k=config.recall_rrf_k, weights=weights or None)
+    with trace.phase("context") as details:
+        candidates, found = await apply_context(ctx, candidates)
+        details.update(found)
     boosts = parse_boosts(config.recall_strategy_boosts)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)

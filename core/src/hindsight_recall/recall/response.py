@@ -19,7 +19,7 @@ def _iso(value: Any) -> str | None:
 
 
 def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mapping[uuid.UUID, list[str]] | None) -> dict[str, Any]:
-    """One result of §11.1; optional fields appear only when set."""
+    """One result of a recall; optional fields appear only when set."""
     row = c.row
     out: dict[str, Any] = {"id": row.external_id, "text": row.text, "type": row.fact_type}
     if entities is not None:
@@ -31,7 +31,8 @@ def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mappi
         "source_fact_ids": [external.get(s, str(s)) for s in row.source_memory_ids] or None,
     }
     out.update({k: v for k, v in optional.items() if v is not None})
-    out["scores"] = {"final": c.final, "reranker": c.reranker_score, "semantic": c.semantic, "keyword": c.keyword}
+    out["scores"] = {"final": c.final, "reranker": c.reranker_score, "semantic": c.semantic, "keyword": c.keyword,
+                     "context": c.context}
     return out
 
 
@@ -86,7 +87,7 @@ async def _rows_by_id(conn: Any, bank_id: str, ids: list[uuid.UUID]) -> dict[uui
 
 def _source_facts(engine: RecallServices, req: RecallRequest, packed: list[Candidate],
                   rows: Mapping[uuid.UUID, MemoryRow]) -> tuple[dict[str, Any], bool]:
-    """Sources of packed observations in rank order, within the total and per-observation budgets (§10.5)."""
+    """Sources of packed observations in rank order, within the total and per-observation budgets."""
     budget, per_obs = req.include_source_facts or 0, req.source_facts_per_observation
     out: dict[str, Any] = {}
     truncated = False
@@ -153,7 +154,7 @@ async def _entities(conn: Any, engine: RecallServices, req: RecallRequest, packe
 
 
 async def fetch_chunks(engine: RecallServices, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
-    """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops (§10.3)."""
+    """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops."""
     order = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id))
     if not order:
         return {}
@@ -211,6 +212,7 @@ def _trace(req: RecallRequest, trace: Trace, limit: int, embedding: Sequence[flo
                       "rrf_rank": c.rrf_rank, "rank_change": c.rrf_rank - i,
                       "score_components": {"cross_encoder_score": c.cross_encoder_raw,
                                            "cross_encoder_score_normalized": c.cross_encoder, "rrf_score": c.rrf_score,
+                                           "context": c.context,
                                            "temporal": c.temporal, "recency": c.recency, "proof_norm": c.proof,
                                            "combined_score": c.final}}
                      for i, c in enumerate(ranked, start=1)],

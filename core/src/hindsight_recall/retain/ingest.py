@@ -29,6 +29,7 @@ from ..settings import Settings
 from ..store import banks
 from ..store._bincopy import driver_connection
 from ..store.db import Database
+from ..store.schema import DOCUMENT_KEY
 from ..tokens import TokenCounter
 from ..types import Memory
 from ._rows import check_references, write_chunks, write_entities
@@ -52,7 +53,7 @@ _STAGE_COLUMNS = (
     "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
     "occurred_start timestamptz, occurred_end timestamptz, mentioned_at timestamptz, event_date timestamptz, "
     "tags varchar[], metadata jsonb, document_id text, chunk_id text, proof_count int, "
-    "source_memory_ids uuid[], text_signals text, token_count int, ann boolean, document text"
+    "source_memory_ids uuid[], text_signals text, token_count int, ann boolean, position int, document text"
 )
 #: the binary COPY types of the staging columns, in order
 _STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4").replace("boolean", "bool") for c in _STAGE_COLUMNS.split(", ")]
@@ -63,7 +64,7 @@ MAINTAINED_TABLES = ("memory_units", "unit_entities", "memory_links", "observati
 _UNIT_COLUMNS = (
     "id, bank_id, external_id, fact_type, text, context, embedding, occurred_start, occurred_end, "
     "mentioned_at, event_date, tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, "
-    "text_signals, token_count, ann"
+    "text_signals, token_count, ann, position"
 )
 _UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:]) + ", search_vector = excluded.search_vector, updated_at = now()"
 
@@ -248,7 +249,9 @@ class Ingestor:
             pending = asyncio.ensure_future(work)
         try:
             chunk_ids = await write_chunks(conn, bank_id, memories)
-            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, fresh=created,
+            after = {} if created else await _document_ends(conn, bank_id, ids, memories, chunk_ids)
+            places = positions(memories, chunk_ids, after)
+            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, fresh=created,
                                     indexed=indexed)
             await write_entities(conn, bank_id, ids, memories, fresh=created)
             t2 = time.perf_counter()
@@ -296,7 +299,8 @@ class Ingestor:
 
     async def _write_units(
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
-        vectors: np.ndarray, chunk_ids: list[str | None], *, fresh: bool, indexed: bool,
+        vectors: np.ndarray, chunk_ids: list[str | None], places: list[int | None], *, fresh: bool,
+        indexed: bool,
     ) -> None:
         """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert.
 
@@ -315,14 +319,14 @@ class Ingestor:
             copy.set_types(_STAGE_TYPES)
             for i in sorted(range(len(ids)), key=lambda i: ids[i].bytes):
                 await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i],
-                                                     indexed))
+                                                     indexed, places[i]))
         # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
         upsert = "" if fresh else f" ON CONFLICT (id) DO UPDATE SET {_UPDATE}"
         await conn.execute(text(
             f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector) "
             f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
             f"occurred_start, occurred_end, mentioned_at, event_date, tags, metadata, document_id, chunk_id, "
-            f"proof_count, source_memory_ids, text_signals, token_count, ann, "
+            f"proof_count, source_memory_ids, text_signals, token_count, ann, position, "
             f"{self.backend.write_expression('document')} "
             f"FROM retain_stage{upsert}"
         ))
@@ -337,7 +341,8 @@ class Ingestor:
         await conn.execute(text("TRUNCATE retain_stage"))
 
     def _stage_row(
-        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None, indexed: bool
+        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None, indexed: bool,
+        position: int | None = None,
     ) -> tuple[Any, ...]:
         from psycopg.types.json import Jsonb  # late: only retain writes rows
 
@@ -350,7 +355,7 @@ class Ingestor:
             list(m.tags), Jsonb(dict(m.metadata)) if m.metadata else None,
             m.document_id, chunk_id, m.proof_count,
             [unit_id(bank_id, s) for s in m.source_ids] or None,
-            signals, self.tokens.count(m.text), indexed, document,
+            signals, self.tokens.count(m.text), indexed, position, document,
         )
 
     async def _write_links(
@@ -399,6 +404,40 @@ async def _move_into_index(conn: AsyncConnection, bank_id: str) -> None:
     """Flag a bank's rows into the shared HNSW indexes: row updates, never DDL."""
     await conn.execute(text("UPDATE memory_units SET ann = true WHERE bank_id = :bank AND NOT ann"), {"bank": bank_id})
     await conn.execute(text("UPDATE banks SET indexed = true WHERE bank_id = :bank"), {"bank": bank_id})
+
+
+def positions(
+    memories: Sequence[Memory], chunk_ids: Sequence[str | None], after: Mapping[str, int] | None = None
+) -> list[int | None]:
+    """Each memory's place in its document (its document id, else its chunk): the given ``position``,
+    else the order within the batch, counted on from ``after`` (the next free place of a document
+    already in the bank). A memory with neither a document nor a chunk has no place."""
+    following = dict(after or {})
+    out: list[int | None] = []
+    for m, chunk_id in zip(memories, chunk_ids, strict=True):
+        key = m.document_id or chunk_id
+        if key is None:
+            out.append(m.position)
+            continue
+        place = m.position if m.position is not None else following.get(key, 0)
+        following[key] = max(following.get(key, 0), place + 1)
+        out.append(place)
+    return out
+
+
+async def _document_ends(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
+    chunk_ids: Sequence[str | None],
+) -> dict[str, int]:
+    """The next free place of each document this batch adds to, from the bank's other rows."""
+    keys = sorted({k for m, c in zip(memories, chunk_ids, strict=True) if (k := m.document_id or c)})
+    if not keys:
+        return {}
+    rows = await conn.execute(text(
+        f"SELECT {DOCUMENT_KEY} AS doc, max(position) + 1 AS next FROM memory_units WHERE bank_id = :bank "
+        f"AND {DOCUMENT_KEY} = ANY(:keys) AND position IS NOT NULL AND NOT (id = ANY(:ids)) GROUP BY 1"
+    ), {"bank": bank_id, "keys": keys, "ids": ids})
+    return {r.doc: int(r.next) for r in rows}
 
 
 def needs_maintenance(written: int, table_rows: float) -> bool:

@@ -17,7 +17,7 @@ _LIST_FIELDS = ("entities", "tags", "causes", "sources")
 _STRING_FIELDS = ("context", "chunk", "document_id", "bank")
 _DATE_FIELDS = ("occurred_at", "occurred_start", "occurred_end", "mentioned_at")
 KNOWN_FIELDS = frozenset(
-    {"id", "text", "type", "proof_count", "metadata", *_LIST_FIELDS, *_STRING_FIELDS, *_DATE_FIELDS}
+    {"id", "text", "type", "proof_count", "position", "metadata", *_LIST_FIELDS, *_STRING_FIELDS, *_DATE_FIELDS}
 )
 
 
@@ -84,6 +84,9 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
     proof = obj.get("proof_count", 1)
     if not isinstance(proof, int) or isinstance(proof, bool) or proof < 1:
         raise RetainError(line, "proof_count", f"expected a positive integer, got {proof!r}")
+    position = obj.get("position")
+    if position is not None and (not isinstance(position, int) or isinstance(position, bool) or position < 0):
+        raise RetainError(line, "position", f"expected a non-negative integer, got {position!r}")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) and "\x00" not in k + v for k, v in metadata.items()
@@ -106,6 +109,7 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
         metadata=dict(metadata),
         causes=_strings(obj.get("causes"), "causes", line),
         source_ids=_strings(obj.get("sources"), "sources", line),
+        position=position,
     )
     try:
         memory = Memory(**fields)

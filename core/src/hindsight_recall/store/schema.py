@@ -188,9 +188,44 @@ def _v8(dimensions: int) -> list[str]:
     ]
 
 
+#: A memory's document for position and context: its document id, else its chunk.
+DOCUMENT_KEY = "coalesce(document_id, chunk_id)"
+#: The span a memory occurred over, as one range (a single date is a point); NULL without either date.
+#: Retain guarantees start <= end; least/greatest keep a bad old row from failing the index.
+OCCURRED_RANGE = (
+    "(CASE WHEN occurred_start IS NULL AND occurred_end IS NULL THEN NULL ELSE "
+    "tstzrange(least(occurred_start, occurred_end), greatest(occurred_start, occurred_end), '[]') END)"
+)
+#: Orders a document's old rows as they were most likely given: by load, then by the external id with
+#: its numbers compared as numbers ("D1:2" before "D1:10").
+_NATURAL_ORDER = (
+    "created_at, regexp_replace(external_id, '[0-9]+', '', 'g'), "
+    "(SELECT array_agg(lpad(n[1], 20, '0')) FROM regexp_matches(external_id, '([0-9]+)', 'g') AS n), external_id"
+)
+
+
+def _v9(dimensions: int) -> list[str]:
+    # Recall's context stage lifts a memory by its neighbours in the same document; existing rows get
+    # the order they were most likely given in. The temporal arm's window test becomes one range overlap
+    # on a GiST index (plus the mentioned_at btree), instead of four ORed ranges on three indexes.
+    return [
+        "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS position int",
+        f"""UPDATE memory_units u SET position = o.place FROM (
+            SELECT id, row_number() OVER (PARTITION BY bank_id, {DOCUMENT_KEY} ORDER BY {_NATURAL_ORDER}) - 1 AS place
+            FROM memory_units WHERE {DOCUMENT_KEY} IS NOT NULL) AS o
+            WHERE u.id = o.id AND u.position IS NULL""",
+        f"CREATE INDEX IF NOT EXISTS idx_mu_document_position ON memory_units (bank_id, ({DOCUMENT_KEY}), position) "
+        "WHERE position IS NOT NULL",
+        "CREATE EXTENSION IF NOT EXISTS btree_gist",
+        # not partial: the planner cannot prove the window test implies "a date is set", and then skips it
+        f"CREATE INDEX IF NOT EXISTS idx_mu_occurred_range ON memory_units USING gist (bank_id, fact_type, "
+        f"{OCCURRED_RANGE})",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension). Append; never edit a released one.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9,
 }
 
 

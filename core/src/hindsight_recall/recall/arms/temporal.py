@@ -5,7 +5,13 @@
    crowd out the rest of the window.
 3. Each row's proximity to the window's midpoint becomes its ``temporal_proximity``.
 4. Spreading from the entry points along temporal and causal links finds related rows that may lie
-   outside the window; their score is the activation they receive.
+   outside the window, one statement per round for every fact type.
+
+Departure from upstream Hindsight: the arm ranks by relevance, not by closeness to the window's middle. A
+row's score is its similarity to the query plus ``PROXIMITY_WEIGHT`` × its proximity (for a row
+reached by spreading, its own proximity; the activation only decides which rows are reached). A
+window says *when*; which of the many memories of that time answer the question is a matter of
+relevance (docs/benchmarks.md has the numbers).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from ...hookspecs import hookimpl
 from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...types import ArmResult, Hit, MemoryRow, TimeWindow
+from ...store.schema import OCCURRED_RANGE
 from ._ann import AnnSettings, hnsw_settings
 from ._rows import COLUMNS, DISTANCE, base_params, row_from, run_union, where_for
 from .semantic import vector_literal
@@ -41,18 +48,17 @@ FRONTIER_MIN = 0.2
 ENTRY_NO_DATE = 0.5
 NEIGHBOUR_NO_DATE = 0.3
 #: link type -> how strongly activation crosses it; causal links carry more than mere closeness in time
+#: how much closeness to the window's middle adds to a row's similarity: it breaks near-ties only
+PROXIMITY_WEIGHT = 0.1
 LINK_FACTORS: dict[str, float] = {
     "causes": 2.0, "caused_by": 2.0, "enables": 1.5, "prevents": 1.5, "temporal": 1.0,
 }
 
-# A memory touches the window when its occurrence span overlaps it or its mention date, start or end falls
-# in it; each arm is a range on one partial (bank_id, fact_type, <col>) index.
+# The window test (the occurrence overlaps the window, or a date of the row lies in it) as one range
+# overlap on the GiST (bank_id, fact_type, occurred range) index plus the mentioned_at btree.
 _TOUCHES_WINDOW = (
-    "((occurred_start IS NOT NULL AND occurred_end IS NOT NULL "
-    "AND occurred_start <= :window_end AND occurred_end >= :window_start) "
-    "OR mentioned_at BETWEEN :window_start AND :window_end "
-    "OR occurred_start BETWEEN :window_start AND :window_end "
-    "OR occurred_end BETWEEN :window_start AND :window_end)"
+    f"({OCCURRED_RANGE} && tstzrange(:window_start, :window_end, '[]') "
+    "OR mentioned_at BETWEEN :window_start AND :window_end)"
 )
 _LINK_TYPES = ", ".join(f"'{t}'" for t in LINK_FACTORS)
 
@@ -117,6 +123,11 @@ def proximity(row: MemoryRow, window: TimeWindow, no_date: float) -> float:
     return 1.0 - min(abs((moment - centre).total_seconds()) / half, 1.0)
 
 
+def relevance(similarity: float, proximity_value: float) -> float:
+    """A row's score in the arm: ``similarity + PROXIMITY_WEIGHT × proximity``."""
+    return similarity + PROXIMITY_WEIGHT * proximity_value
+
+
 def propagate(t_parent: float, weight: float, link_type: str, p_child: float) -> float:
     """A neighbour's activation: ``max(p_child, t_parent × weight × factor × 0.7)``.
 
@@ -133,6 +144,7 @@ class _Reached:
     row: MemoryRow
     t: float
     p: float
+    similarity: float
 
 
 @dataclass
@@ -152,7 +164,7 @@ class _Spreading:
         hits = []
         for entry in spread_over_time(pool, window):
             p = proximity(entry.row, window, ENTRY_NO_DATE)
-            hits.append(Hit(entry.row, p, {"temporal_proximity": p}))
+            hits.append(Hit(entry.row, relevance(entry.score, p), {"temporal_proximity": p}))
         state = cls(fact_type, len(pool), hits, limit - len(hits), entries=len(hits))
         state.frontier.extend((h.row.id, 1.0) for h in hits)  # entry points act as parents with t = 1
         return state
@@ -176,10 +188,10 @@ class _Spreading:
             t = propagate(batch[m["parent"]], float(m["weight"]), m["link_type"], p)
             best = reached.get(row.id)
             if best is None or t > best.t:  # a child reached from several parents keeps its best path
-                reached[row.id] = _Reached(row, t, p)
+                reached[row.id] = _Reached(row, t, p, float(m["similarity"]))
         added = sorted(reached.values(), key=lambda r: -r.t)[: self.budget]
         for child in added:
-            self.hits.append(Hit(child.row, child.t, {"temporal_proximity": child.p}))
+            self.hits.append(Hit(child.row, relevance(child.similarity, child.p), {"temporal_proximity": child.p}))
             if child.t > FRONTIER_MIN:
                 self.frontier.append((child.row.id, child.t))
         self.budget -= len(added)
@@ -257,7 +269,7 @@ def _neighbours_sql(ctx: RetrievalContext) -> str:
     return (
         f"SELECT f.parent, n.* FROM unnest(CAST(:frontier AS uuid[]), CAST(:kinds AS text[])) "
         f"AS f(parent, kind) CROSS JOIN LATERAL ("
-        f"SELECT {COLUMNS}, l.link_type, l.weight FROM ("
+        f"SELECT {COLUMNS}, l.link_type, l.weight, 1 - {DISTANCE} AS similarity FROM ("
         f"SELECT to_unit_id AS child, link_type, weight FROM memory_links WHERE from_unit_id = f.parent "
         f"AND link_type IN ({_LINK_TYPES}) AND weight >= :min_weight "
         f"UNION SELECT from_unit_id, link_type, weight FROM memory_links WHERE to_unit_id = f.parent "

@@ -1,0 +1,100 @@
+"""The context stage: a memory's neighbours in its document lift it, and so does its document's best.
+
+In a conversation, a meeting or a notes file, the words of a question often sit one memory before
+or after the memory that answers it ("Where did you go?" - "To the lake."), and a story runs over
+several memories. After fusion, every candidate's fused score ``s`` (scaled so the best is 1)
+becomes
+
+    s + a·max(s_prev, s_next) + b·(best s in its document)
+
+where ``prev``/``next`` are the memories just before and after it in its document (its
+``document_id``, else its chunk), and a neighbour that no arm found enters with ``s = 0``. Only
+the best ``expand`` candidates and their neighbours are placed (further down, a lift cannot reach
+the top), so the stage costs one statement on the (bank, document, position) index. Memories without
+a position (no document and no chunk) keep their score.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import text
+
+from ..protocols import RetrievalContext
+from ..store.schema import DOCUMENT_KEY
+from ..types import Candidate, MemoryRow
+from .arms._rows import COLUMNS, row_from
+
+K = TypeVar("K", bound=Hashable)
+Place = tuple[str, int]
+
+
+def lift(scores: Mapping[K, float], places: Mapping[K, Place], neighbour: float, document: float) -> dict[K, float]:
+    """What context adds to each memory: ``a·max(s_prev, s_next) + b·best s in the document``.
+
+    :param scores: memory -> score in [0, 1]; memories absent from it score 0.
+    :param places: memory -> (document, position), for every memory scored or to be lifted.
+    :param neighbour: ``a``, the weight of the better neighbour.
+    :param document: ``b``, the weight of the document's best score.
+    """
+    at = {place: key for key, place in places.items()}
+    best: dict[str, float] = {}
+    for key, s in scores.items():
+        if key in places:
+            doc = places[key][0]
+            best[doc] = max(best.get(doc, 0.0), s)
+    added: dict[K, float] = {}
+    for key, (doc, pos) in places.items():
+        near = max((scores.get(at[(doc, pos + d)], 0.0) for d in (-1, 1) if (doc, pos + d) in at), default=0.0)
+        added[key] = neighbour * near + document * best.get(doc, 0.0)
+    return added
+
+
+async def apply_context(ctx: RetrievalContext, candidates: list[Candidate]) -> tuple[list[Candidate], dict[str, Any]]:
+    """Re-rank fused candidates by their context; add the neighbours of the best ones.
+
+    :param ctx: the recall's retrieval context (bank, fact types, filter, settings, database).
+    :param candidates: fused candidates, best first.
+    :returns: the candidates re-ranked (``rrf_score`` and ``rrf_rank`` updated, ``context`` set) and
+        the trace details.
+    """
+    config = ctx.settings
+    a, b = config.recall_context_neighbour_weight, config.recall_context_document_weight
+    if not config.recall_context_enabled or not candidates or (a <= 0 and b <= 0):
+        return candidates, {"enabled": False}
+    known = {c.row.id for c in candidates}
+    async with ctx.db.connect() as conn:
+        found = await _around(conn, ctx, [c.row.id for c in candidates[: config.recall_context_expand]])
+    places = {row.id: place for place, row in found.items()}
+    rows = {place: row for place, row in found.items() if row.id not in known}
+    top = max(c.rrf_score for c in candidates) or 1.0
+    scores = {c.row.id: c.rrf_score / top for c in candidates}
+    added = lift(scores, places, a, b)
+    fresh = [Candidate(row=row, rrf_score=0.0) for row in rows.values()]
+    everything = candidates + fresh
+    for c in everything:
+        c.context = added.get(c.row.id, 0.0)
+        c.rrf_score = scores.get(c.row.id, 0.0) + c.context
+    everything.sort(key=lambda c: -c.rrf_score)
+    for i, c in enumerate(everything, start=1):
+        c.rrf_rank = i
+    return everything, {"enabled": True, "neighbour_weight": a, "document_weight": b, "placed": len(places),
+                        "neighbours_added": len(fresh)}
+
+
+async def _around(conn: Any, ctx: RetrievalContext, ids: Sequence[uuid.UUID]) -> dict[Place, MemoryRow]:
+    """In one statement: the rows at, just before and just after each given memory in its document,
+    of the request's fact types and passing its filter, by (document, position)."""
+    if not ids:
+        return {}
+    result = await conn.execute(text(
+        f"SELECT {COLUMNS}, {DOCUMENT_KEY} AS doc_key, position FROM memory_units "
+        f"JOIN (SELECT DISTINCT {DOCUMENT_KEY} AS doc, position + d AS pos FROM memory_units "
+        f"CROSS JOIN (VALUES (-1), (0), (1)) AS s(d) "
+        f"WHERE bank_id = :bank_id AND id = ANY(:ids) AND position IS NOT NULL) AS w "
+        f"ON {DOCUMENT_KEY} = w.doc AND position = w.pos "
+        f"WHERE bank_id = :bank_id AND fact_type = ANY(:fact_types) AND {ctx.filter.sql}"
+    ), {"bank_id": ctx.bank_id, "ids": list(ids), "fact_types": list(ctx.fact_types), **ctx.filter.params})
+    return {(m["doc_key"], m["position"]): row_from(m) for m in result.mappings()}
