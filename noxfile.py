@@ -1,4 +1,5 @@
-"""Sessions: ``tests`` (the whole suite as ``tests(all)``, plus ``tests(<ext>)`` per text-search extension) and ``demo``.
+"""Sessions: ``tests`` (the whole suite as ``tests(all)``, plus ``tests(<ext>)`` per text-search extension),
+``lint`` and ``demo``.
 
 Each session installs only what it runs: ``tests(<ext>)`` without a server URL checks SQL only and
 installs no model stack; ``tests(all)`` installs everything.
@@ -6,6 +7,7 @@ installs no model stack; ``tests(all)`` installs everything.
 
 from __future__ import annotations
 
+import glob
 import os
 
 import nox
@@ -49,6 +51,16 @@ def demo(session: nox.Session) -> None:
     session.run("hindsight-recall", "demo", "--replace", env={**OFFLINE, "HINDSIGHT_API_RERANKER_PROVIDER": provider})
 
 
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff over everything, mypy --strict over core and the plugins (the model stack is left out)."""
+    install_without_models(session, *PLUGINS)
+    session.install("ruff>=0.6", "mypy>=1.11")
+    session.run("ruff", "check", ".")
+    modules = sorted(glob.glob("backends/*/hindsight_recall_*.py") + glob.glob("rerankers/*/hindsight_recall_*.py"))
+    session.run("mypy", "core/src/hindsight_recall", *modules)
+
+
 #: One matrix entry per text-search extension, in the order of docs/backends.md.
 #: Extensions the embedded server hosts: their compliance suite always runs, so it needs the models.
 EMBEDDED = ("native",)
@@ -63,7 +75,10 @@ SUITE = "all"
      *(nox.param(ext, id=ext, tags=["compliance", ext]) for ext in EXTENSIONS)],
 )
 def tests(session: nox.Session, target: str) -> None:
-    """Run the whole suite (all), or one backend's tests and compliance suite against HINDSIGHT_TEST_DATABASE_URL_<EXT>."""
+    """Run the whole suite (all), or one backend's tests and compliance suite.
+
+    A backend's live suite runs against ``HINDSIGHT_TEST_DATABASE_URL_<EXT>`` when it is set.
+    """
     if target == SUITE:
         install(session, *TEST_DEPS)
         session.run("pytest", *session.posargs, env=OFFLINE)

@@ -176,7 +176,9 @@ async def test_forget_removes_memories_with_their_links_pairs_and_chunks(engine:
     assert await rows(engine, "SELECT 1 FROM unit_entities WHERE unit_id = :a", a=a) == []
     assert await rows(engine, "SELECT source_id FROM observation_sources WHERE observation_id = :o", o=o) == [(b,)]
     assert await rows(engine, "SELECT source_memory_ids FROM memory_units WHERE id = :o", o=o) == [([b],)]
-    assert await rows(engine, "SELECT chunk_text FROM chunks WHERE bank_id = :b", b=bank) == [("Later he found a job.",)]
+    assert await rows(engine, "SELECT chunk_text FROM chunks WHERE bank_id = :b", b=bank) == [
+        ("Later he found a job.",)
+    ]
     assert await rows(engine, "SELECT canonical_name FROM entities WHERE bank_id = :b", b=bank) == [("Frank",)]
     assert [r["id"] for r in (await engine.recall(bank, "Frank Oslo"))["results"]] in (["b", "o"], ["o", "b"])
     assert await engine.forget(bank, "b") == 1  # one id as a string

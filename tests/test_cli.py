@@ -13,7 +13,12 @@ from hindsight_recall import Engine, InvalidRequest
 
 
 def cli(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data_dir), "HINDSIGHT_API_RERANKER_PROVIDER": "rrf", **env}
+    environ = {
+        **os.environ,
+        "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data_dir),
+        "HINDSIGHT_API_RERANKER_PROVIDER": "rrf",
+        **env,
+    }
     return subprocess.run([sys.executable, "-m", "hindsight_recall.cli", *args], capture_output=True, text=True,
                           env=environ, timeout=300)
 
@@ -48,7 +53,9 @@ def test_retain_then_recall_json(cli_dir: Path, tmp_path: Path) -> None:
     body = json.loads(result.stdout)
     assert [r["id"] for r in body["results"]] == ["job"]
     assert {"results", "results_truncated", "entities", "chunks", "trace"} <= set(body)
-    plain = cli("recall", "Alice", "--bank", "cli-bank", "--tags", "work", "--tags-match", "all_strict", data_dir=cli_dir)
+    plain = cli(
+        "recall", "Alice", "--bank", "cli-bank", "--tags", "work", "--tags-match", "all_strict", data_dir=cli_dir
+    )
     assert plain.returncode == 0 and "job: Alice works at Helios Robotics." in plain.stdout
 
 
@@ -66,7 +73,9 @@ def test_recall_rejects_bad_enum_and_timestamp(cli_dir: Path) -> None:
 
 
 def test_bank_config_set_and_show(cli_dir: Path) -> None:
-    result = cli("bank", "config", "cfg-bank", "RECALL_BUDGET_FIXED_MID=25", "enable_graph_retrieval=false", data_dir=cli_dir)
+    result = cli(
+        "bank", "config", "cfg-bank", "RECALL_BUDGET_FIXED_MID=25", "enable_graph_retrieval=false", data_dir=cli_dir
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"recall_budget_fixed_mid": 25, "enable_graph_retrieval": False}
     shown = cli("bank", "config", "cfg-bank", data_dir=cli_dir)

@@ -31,7 +31,7 @@ def test_every_setting_is_documented() -> None:
 
 def test_every_hook_is_documented_with_its_signature() -> None:
     text = (DOCS / "hooks.md").read_text()
-    for name, func in inspect.getmembers(hookspecs, inspect.isfunction):
+    for name, _ in inspect.getmembers(hookspecs, inspect.isfunction):
         if name.startswith("register_"):
             assert f"## {name}" in text and f"{name}(register)" in text
 

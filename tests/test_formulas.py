@@ -45,7 +45,11 @@ def test_rrf_example_from_the_spec() -> None:
 
 def test_rrf_keeps_raw_arm_scores_and_temporal_proximity() -> None:
     r = row("m")
-    lists = {"semantic": [Hit(r, 0.8)], "keyword": [Hit(r, 0.3)], "temporal": [Hit(r, 0.9, {"temporal_proximity": 0.7})]}
+    lists = {
+        "semantic": [Hit(r, 0.8)],
+        "keyword": [Hit(r, 0.3)],
+        "temporal": [Hit(r, 0.9, {"temporal_proximity": 0.7})],
+    }
     cand = rrf_fuse(lists)[0]
     assert (cand.semantic, cand.keyword, cand.temporal_proximity) == (0.8, 0.3, 0.7)
 
@@ -120,7 +124,9 @@ def test_boosted_key_scales_with_the_arms_weight() -> None:
     cand = rrf_fuse({"keyword": hits(*"abcd")}, k=5, weights={"keyword": 2.0})[3]
     plain = rrf_fuse({"keyword": hits(*"abcd")}, k=5)[3]
     gain = boosted_key(plain, {"keyword": "high"}, k=5) - plain.rrf_score
-    assert boosted_key(cand, {"keyword": "high"}, k=5, weights={"keyword": 2.0}) - cand.rrf_score == pytest.approx(2 * gain)
+    assert boosted_key(cand, {"keyword": "high"}, k=5, weights={"keyword": 2.0}) - cand.rrf_score == pytest.approx(
+        2 * gain
+    )
 
 
 def test_proof() -> None:
@@ -154,7 +160,10 @@ def test_combined_score() -> None:
 
 
 def test_floors_are_inclusive_and_anded() -> None:
-    a, b = Candidate(row("a"), 0.0, cross_encoder=0.5, final=0.4), Candidate(row("b"), 0.0, cross_encoder=0.2, final=0.9)
+    a, b = (
+        Candidate(row("a"), 0.0, cross_encoder=0.5, final=0.4),
+        Candidate(row("b"), 0.0, cross_encoder=0.2, final=0.9),
+    )
     assert apply_floors([a, b], 0.5, None) == [a]
     assert apply_floors([a, b], None, 0.9) == [b]
     assert apply_floors([a, b], 0.5, 0.5) == []
@@ -195,7 +204,9 @@ def test_fixed_budget(level: str, expected: int) -> None:
 )
 def test_adaptive_budget(level: str, max_tokens: int, expected: int) -> None:
     assert AdaptiveBudget().resolve(Budget(level), max_tokens, Settings()) == expected
-    assert math.isclose(expected, max(20, min(2000, round(max_tokens * {"low": 0.025, "mid": 0.075, "high": 0.25}[level]))))
+    assert math.isclose(
+        expected, max(20, min(2000, round(max_tokens * {"low": 0.025, "mid": 0.075, "high": 0.25}[level])))
+    )
 
 
 def test_rrf_k_is_configurable() -> None:

@@ -30,7 +30,9 @@ def test_parse_weights(caplog: pytest.LogCaptureFixture) -> None:
     assert parse_weights(" BM25:2 , temporal:0.5,graph:0") == {"keyword": 2.0, "temporal": 0.5, "graph": 0.0}
     assert parse_weights("") == {}
     with caplog.at_level(logging.WARNING):
-        assert parse_weights("semantic:-1,vibes:2,graph,keyword:lots,temporal:nan,semantic:inf,bm25:3") == {"keyword": 3.0}
+        assert parse_weights("semantic:-1,vibes:2,graph,keyword:lots,temporal:nan,semantic:inf,bm25:3") == {
+            "keyword": 3.0
+        }
     for bad in ("semantic:-1", "vibes:2", "'graph'", "keyword:lots", "temporal:nan", "semantic:inf"):
         assert bad in caplog.text
 
@@ -67,11 +69,16 @@ def test_interleave_takes_each_arms_head_in_turn() -> None:
 
 
 async def test_window_from_the_query(engine: Engine, bank: str) -> None:
-    await engine.retain(bank, [
-        {"id": "spring", "text": "Alice hiked in the Alps.", "occurred_at": "2023-04-10T00:00:00Z"},
-        {"id": "winter", "text": "Alice hiked in the snow.", "occurred_at": "2023-01-10T00:00:00Z"},
-    ])
-    body = await engine.recall(bank, "What did Alice do last spring?", query_timestamp="2024-03-10T12:00:00Z", trace=True)
+    await engine.retain(
+        bank,
+        [
+            {"id": "spring", "text": "Alice hiked in the Alps.", "occurred_at": "2023-04-10T00:00:00Z"},
+            {"id": "winter", "text": "Alice hiked in the snow.", "occurred_at": "2023-01-10T00:00:00Z"},
+        ],
+    )
+    body = await engine.recall(
+        bank, "What did Alice do last spring?", query_timestamp="2024-03-10T12:00:00Z", trace=True
+    )
     window = body["trace"]["query"]["temporal_constraint"]
     assert window["start"].startswith("2023-03-01T00:00:00") and window["end"].startswith("2023-05-31T23:59:59")
     phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "temporal_extraction")

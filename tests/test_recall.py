@@ -98,8 +98,12 @@ async def test_banks_are_isolated(engine: Engine, bank: str) -> None:
     other = bank + "-other"
     await engine.retain(bank, [{"id": "a", "text": "The secret code word is pineapple."}])
     await engine.retain(other, [{"id": "a", "text": "The secret code word is mango."}])
-    assert [r["text"] for r in (await engine.recall(bank, "secret code word"))["results"]] == ["The secret code word is pineapple."]
-    assert [r["text"] for r in (await engine.recall(other, "secret code word"))["results"]] == ["The secret code word is mango."]
+    assert [r["text"] for r in (await engine.recall(bank, "secret code word"))["results"]] == [
+        "The secret code word is pineapple."
+    ]
+    assert [r["text"] for r in (await engine.recall(other, "secret code word"))["results"]] == [
+        "The secret code word is mango."
+    ]
 
 
 async def test_unknown_bank_is_an_error(engine: Engine) -> None:
@@ -121,10 +125,16 @@ async def test_hostile_queries_are_safe(engine: Engine, alice: str, query: str) 
 
 @pytest.mark.parametrize(
     ("options", "field", "status"),
-    [({"budget": "huge"}, "budget", 422), ({"tags_match": "some"}, "tags_match", 422),
-     ({"types": ["fact"]}, "types", 422), ({"max_tokens": -1}, "max_tokens", 422),
-     ({"query_timestamp": "yesterday-ish"}, "query_timestamp", 400), ({"min_scores": {"vibes": 1}}, "min_scores.vibes", 422),
-     ({"temporal_window": ("2024-02-01", "2024-01-01")}, "temporal_window", 422), ({"reranking": "magic"}, "reranking", 422)],
+    [
+        ({"budget": "huge"}, "budget", 422),
+        ({"tags_match": "some"}, "tags_match", 422),
+        ({"types": ["fact"]}, "types", 422),
+        ({"max_tokens": -1}, "max_tokens", 422),
+        ({"query_timestamp": "yesterday-ish"}, "query_timestamp", 400),
+        ({"min_scores": {"vibes": 1}}, "min_scores.vibes", 422),
+        ({"temporal_window": ("2024-02-01", "2024-01-01")}, "temporal_window", 422),
+        ({"reranking": "magic"}, "reranking", 422),
+    ],
 )
 async def test_bad_options_name_the_field(engine: Engine, alice: str, options: dict, field: str, status: int) -> None:
     with pytest.raises(InvalidRequest) as err:
@@ -172,8 +182,13 @@ async def test_query_timestamp_anchors_recency(engine: Engine, alice: str) -> No
 
 async def test_chunks_are_budgeted_and_cut(engine: Engine, bank: str) -> None:
     chunk = "Alice: I started at Helios. " * 40
-    await engine.retain(bank, [{"id": "a", "text": "Alice works at Helios.", "chunk": chunk, "document_id": "chat-1"},
-                               {"id": "b", "text": "Alice likes Helios.", "chunk": "short chunk", "document_id": "chat-1"}])
+    await engine.retain(
+        bank,
+        [
+            {"id": "a", "text": "Alice works at Helios.", "chunk": chunk, "document_id": "chat-1"},
+            {"id": "b", "text": "Alice likes Helios.", "chunk": "short chunk", "document_id": "chat-1"},
+        ],
+    )
     body = await engine.recall(bank, "Alice Helios", include_chunks=50)
     chunks = list(body["chunks"].values())
     assert chunks and all(c["id"].startswith(f"{bank}_chat-1_") for c in chunks)

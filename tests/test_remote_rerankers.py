@@ -58,14 +58,18 @@ def test_selected_by_environment_and_order_follows_server(provider: str, cli_env
     with FixtureServer(routes(score=favour("park"))) as server:
         body = recall({**cli_env, "HINDSIGHT_API_RERANKER_PROVIDER": provider, **settings(server.url)})
     assert reranking(body)["reranker_type"] == provider and "fallback" not in reranking(body)
-    assert body["results"][0]["id"] == "run" and body["results"][0]["scores"]["reranker"] == pytest.approx(0.9933, abs=1e-3)
+    assert body["results"][0]["id"] == "run" and body["results"][0]["scores"]["reranker"] == pytest.approx(
+        0.9933, abs=1e-3
+    )
     assert any(r.path.endswith("rerank") for r in server.requests)
 
 
 def test_server_errors_fall_back_with_the_reason(cli_env: dict[str, str]) -> None:
     with FixtureServer(tei_routes()) as server:
         server.script("POST", "/rerank", *[Reply(503, {"error": "overloaded"})] * 4)
-        body = recall({**cli_env, "HINDSIGHT_API_RERANKER_PROVIDER": "tei", "HINDSIGHT_API_RERANKER_TEI_URL": server.url})
+        body = recall(
+            {**cli_env, "HINDSIGHT_API_RERANKER_PROVIDER": "tei", "HINDSIGHT_API_RERANKER_TEI_URL": server.url}
+        )
     details = reranking(body)
     assert details["fallback"].startswith("fallback: ") and "503" in details["fallback"]
     assert len(body["results"]) == 3 and all(r["scores"]["reranker"] is None for r in body["results"])

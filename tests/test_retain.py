@@ -28,8 +28,16 @@ async def count(engine: Engine, sql: str, **params: object) -> int:
         ('{"id": "a", "text": "x", "type": "opinion"}', "type", "not one of"),
         ('{"id": "a", "text": "x", "occurred_at": "last tuesday"}', "occurred_at", "ISO-8601"),
         ('{"id": "a", "text": "x", "occurred_at": 2023}', "occurred_at", "ISO-8601"),
-        ('{"id": "a", "text": "x", "occurred_start": "2024-02-01", "occurred_end": "2024-01-01"}', "occurred_end", "before"),
-        ('{"id": "a", "text": "x", "occurred_at": "2024-01-01", "occurred_start": "2024-01-01"}', "occurred_at", "either"),
+        (
+            '{"id": "a", "text": "x", "occurred_start": "2024-02-01", "occurred_end": "2024-01-01"}',
+            "occurred_end",
+            "before",
+        ),
+        (
+            '{"id": "a", "text": "x", "occurred_at": "2024-01-01", "occurred_start": "2024-01-01"}',
+            "occurred_at",
+            "either",
+        ),
         ('{"id": "a", "text": "x", "proof_count": 0}', "proof_count", "positive"),
         ('{"id": "a", "text": "x", "metadata": {"k": 1}}', "metadata", "string"),
         ('{"id": "a", "text": "x", "entities": "Alice"}', "entities", "list"),
@@ -72,8 +80,13 @@ async def test_nothing_is_half_written(engine: Engine, bank: str) -> None:
 
 async def test_links_and_entities(engine: Engine, alice: str) -> None:
     reorg, left = unit_id(alice, "reorg"), unit_id(alice, "left")
-    causal = await count(engine, "SELECT count(*) FROM memory_links WHERE from_unit_id = :a AND to_unit_id = :b "
-                                 "AND link_type = 'causes' AND weight = 1", a=reorg, b=left)
+    causal = await count(
+        engine,
+        "SELECT count(*) FROM memory_links WHERE from_unit_id = :a AND to_unit_id = :b "
+        "AND link_type = 'causes' AND weight = 1",
+        a=reorg,
+        b=left,
+    )
     back = await count(engine, "SELECT count(*) FROM memory_links WHERE from_unit_id = :b AND to_unit_id = :a "
                                "AND link_type = 'caused_by'", a=reorg, b=left)
     assert causal == 1 and back == 1
@@ -81,7 +94,9 @@ async def test_links_and_entities(engine: Engine, alice: str) -> None:
     temporal = await count(engine, "SELECT count(*) FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
                                    "WHERE u.bank_id = :b AND l.link_type = 'temporal'", b=alice)
     assert temporal == 0  # no two memories within 24 h
-    await engine.retain(alice, [{"id": "near", "text": "Alice bought new shoes.", "occurred_at": "2023-04-23T12:00:00Z"}])
+    await engine.retain(
+        alice, [{"id": "near", "text": "Alice bought new shoes.", "occurred_at": "2023-04-23T12:00:00Z"}]
+    )
     weight = await count(engine, "SELECT round(weight * 100) FROM memory_links WHERE from_unit_id = :a "
                                  "AND link_type = 'temporal'", a=unit_id(alice, "near"))
     assert weight == 50  # 12 h apart: max(0.3, 1 - 12/24)
@@ -143,7 +158,9 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
 
     async with engine.db.connect() as conn:
         await migrate(conn, 384, engine.text_search)  # a second run changes nothing
-        versions = list((await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars())
+        versions = list(
+            (await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars()
+        )
         gin = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids'"))
         target = await conn.scalar(text("SELECT reloptions::text FROM pg_class WHERE relname = 'memory_units'"))
         by_type = await conn.scalar(text(
@@ -182,10 +199,13 @@ async def test_deleting_a_bank_removes_its_links_and_only_its_links(engine: Engi
     from hindsight_recall.store import banks
 
     other = f"{alice}-other"
-    await engine.retain(other, [
-        {"id": "a", "text": "Bob moved to Lisbon.", "occurred_at": "2023-04-20T10:00:00Z"},
-        {"id": "b", "text": "Bob found a flat in Lisbon.", "occurred_at": "2023-04-20T12:00:00Z"},
-    ])
+    await engine.retain(
+        other,
+        [
+            {"id": "a", "text": "Bob moved to Lisbon.", "occurred_at": "2023-04-20T10:00:00Z"},
+            {"id": "b", "text": "Bob found a flat in Lisbon.", "occurred_at": "2023-04-20T12:00:00Z"},
+        ],
+    )
     links_of = ("SELECT count(*) FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
                 "WHERE u.bank_id = :b")
     kept = await count(engine, links_of, b=other)
@@ -195,8 +215,11 @@ async def test_deleting_a_bank_removes_its_links_and_only_its_links(engine: Engi
     async with engine.db.connect() as conn:
         assert await banks.delete_bank(conn, alice) is True
         assert await banks.delete_bank(conn, "no-such-bank") is False
-    orphans = ("SELECT count(*) FROM memory_links l WHERE NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.id = l.from_unit_id) "
-               "OR NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.id = l.to_unit_id)")
+    orphans = (
+        "SELECT count(*) FROM memory_links l "
+        "WHERE NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.id = l.from_unit_id) "
+        "OR NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.id = l.to_unit_id)"
+    )
     assert await count(engine, orphans) == 0
     assert await count(engine, "SELECT count(*) FROM memory_links") == before - alice_links
     assert await count(engine, links_of, b=other) == kept

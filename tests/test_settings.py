@@ -11,29 +11,76 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULTS = {
-    "database_url": None, "database_schema": "public", "db_pool_min_size": 5, "db_pool_max_size": 100,
-    "db_command_timeout": 60, "db_acquire_timeout": 30, "db_statement_timeout": 600, "db_session_setup_on_acquire": True,
-    "vector_extension": "pgvector", "ann_iterative_scan": True, "ann_max_scan_tuples": 4000, "vector_index_min_rows": 5_000,
-    "text_search_extension": "native", "bm25_min_score": 0.0, "bm25_max_query_terms": 16, "bm25_selective_terms": True,
+    "database_url": None,
+    "database_schema": "public",
+    "db_pool_min_size": 5,
+    "db_pool_max_size": 100,
+    "db_command_timeout": 60,
+    "db_acquire_timeout": 30,
+    "db_statement_timeout": 600,
+    "db_session_setup_on_acquire": True,
+    "vector_extension": "pgvector",
+    "ann_iterative_scan": True,
+    "ann_max_scan_tuples": 4000,
+    "vector_index_min_rows": 5_000,
+    "text_search_extension": "native",
+    "bm25_min_score": 0.0,
+    "bm25_max_query_terms": 16,
+    "bm25_selective_terms": True,
     "bm25_max_term_frequency": 1.0,
-    "semantic_min_similarity": 0.3, "graph_seed_min_similarity": 0.3, "temporal_semantic_min_similarity": 0.1,
-    "semantic_link_min_similarity": 0.7, "graph_retriever": "link_expansion",
-    "link_expansion_per_entity_limit": 200, "link_expansion_timeout": 10, "link_expansion_max_entity_fraction": 0.2, "recall_max_concurrent": 32, "recall_connection_budget": 4,
-    "recall_max_query_tokens": 500, "recall_max_candidates_per_source": 0,
-    "recall_strategy_boosts": "", "query_analyzer_languages": "", "reranker_max_candidates": 300,
-    "reranker_max_candidates_low": 0, "reranker_max_candidates_mid": 0, "reranker_max_candidates_high": 0,
-    "recency_decay_function": "linear", "recency_decay_linear_window_days": 365, "recency_decay_halflife_days": 90,
-    "tokenizer_encoding": "cl100k_base", "embeddings_provider": "local", "embeddings_local_model": None,
-    "embeddings_query_prefix": "", "embeddings_passage_prefix": "", "embeddings_batch_size": 64,
-    "reranker_provider": "local", "reranker_send_bank_as_header": False, "reranker_on_error": "fallback",
-    "model_init_timeout": 300, "embedded_data_dir": None, "embedded_server_settings": "",
-    "reranker_timeout": 30, "plugins": {},
-    "recall_budget_function": "fixed", "recall_budget_fixed_low": 100, "recall_budget_fixed_mid": 300,
-    "recall_budget_fixed_high": 1000, "recall_budget_adaptive_low": 0.025, "recall_budget_adaptive_mid": 0.075,
-    "recall_budget_adaptive_high": 0.25, "recall_budget_min": 20, "recall_budget_max": 2000,
-    "enable_temporal_retrieval": True, "enable_graph_retrieval": True, "enable_reranking": True, "enable_text_search": True, "recall_rrf_k": 5,
+    "semantic_min_similarity": 0.3,
+    "graph_seed_min_similarity": 0.3,
+    "temporal_semantic_min_similarity": 0.1,
+    "semantic_link_min_similarity": 0.7,
+    "graph_retriever": "link_expansion",
+    "link_expansion_per_entity_limit": 200,
+    "link_expansion_timeout": 10,
+    "link_expansion_max_entity_fraction": 0.2,
+    "recall_max_concurrent": 32,
+    "recall_connection_budget": 4,
+    "recall_max_query_tokens": 500,
+    "recall_max_candidates_per_source": 0,
+    "recall_strategy_boosts": "",
+    "query_analyzer_languages": "",
+    "reranker_max_candidates": 300,
+    "reranker_max_candidates_low": 0,
+    "reranker_max_candidates_mid": 0,
+    "reranker_max_candidates_high": 0,
+    "recency_decay_function": "linear",
+    "recency_decay_linear_window_days": 365,
+    "recency_decay_halflife_days": 90,
+    "tokenizer_encoding": "cl100k_base",
+    "embeddings_provider": "local",
+    "embeddings_local_model": None,
+    "embeddings_query_prefix": "",
+    "embeddings_passage_prefix": "",
+    "embeddings_batch_size": 64,
+    "reranker_provider": "local",
+    "reranker_send_bank_as_header": False,
+    "reranker_on_error": "fallback",
+    "model_init_timeout": 300,
+    "embedded_data_dir": None,
+    "embedded_server_settings": "",
+    "reranker_timeout": 30,
+    "plugins": {},
+    "recall_budget_function": "fixed",
+    "recall_budget_fixed_low": 100,
+    "recall_budget_fixed_mid": 300,
+    "recall_budget_fixed_high": 1000,
+    "recall_budget_adaptive_low": 0.025,
+    "recall_budget_adaptive_mid": 0.075,
+    "recall_budget_adaptive_high": 0.25,
+    "recall_budget_min": 20,
+    "recall_budget_max": 2000,
+    "enable_temporal_retrieval": True,
+    "enable_graph_retrieval": True,
+    "enable_reranking": True,
+    "enable_text_search": True,
+    "recall_rrf_k": 5,
     "recall_rrf_weights": "keyword:1.5",
-    "recall_context_enabled": True, "recall_context_neighbour_weight": 0.3, "recall_context_document_weight": 0.2,
+    "recall_context_enabled": True,
+    "recall_context_neighbour_weight": 0.3,
+    "recall_context_document_weight": 0.2,
     "recall_context_expand": 50,
 }
 
@@ -45,30 +92,41 @@ def test_every_field_has_a_tested_default() -> None:
         assert getattr(settings, name) == default, name
 
 
-@pytest.mark.parametrize(("name", "raw", "expected"), [
-    ("semantic_min_similarity", "0.5", 0.5), ("ann_iterative_scan", "false", False), ("reranker_provider", " TEI ", "tei"),
-    ("recall_budget_fixed_mid", "42", 42), ("database_schema", "memory_2", "memory_2"), ("reranker_on_error", "raise", "raise"),
-    ("reranker_timeout", "2.5", 2.5), ("plugins", '{"tei": {"url": "http://x"}}', {"tei": {"url": "http://x"}}),
-])
+@pytest.mark.parametrize(
+    ("name", "raw", "expected"),
+    [
+        ("semantic_min_similarity", "0.5", 0.5),
+        ("ann_iterative_scan", "false", False),
+        ("reranker_provider", " TEI ", "tei"),
+        ("recall_budget_fixed_mid", "42", 42),
+        ("database_schema", "memory_2", "memory_2"),
+        ("reranker_on_error", "raise", "raise"),
+        ("reranker_timeout", "2.5", 2.5),
+        ("plugins", '{"tei": {"url": "http://x"}}', {"tei": {"url": "http://x"}}),
+    ],
+)
 def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: object) -> None:
     monkeypatch.setenv(f"HINDSIGHT_API_{name.upper()}", raw)
     assert getattr(load_settings(), name) == expected
 
 
-@pytest.mark.parametrize(("overrides", "variable"), [
-    ({"semantic_min_similarity": 1.5}, "HINDSIGHT_API_SEMANTIC_MIN_SIMILARITY"),
-    ({"graph_seed_min_similarity": -0.1}, "HINDSIGHT_API_GRAPH_SEED_MIN_SIMILARITY"),
-    ({"temporal_semantic_min_similarity": 2}, "HINDSIGHT_API_TEMPORAL_SEMANTIC_MIN_SIMILARITY"),
-    ({"bm25_max_query_terms": -1}, "HINDSIGHT_API_BM25_MAX_QUERY_TERMS"),
-    ({"database_schema": "public; drop"}, "HINDSIGHT_API_DATABASE_SCHEMA"),
-    ({"vector_extension": "faiss"}, "HINDSIGHT_API_VECTOR_EXTENSION"),
-    ({"reranker_on_error": "ignore"}, "HINDSIGHT_API_RERANKER_ON_ERROR"),
-    ({"recall_max_concurrent": 0}, "HINDSIGHT_API_RECALL_MAX_CONCURRENT"),
-    ({"db_pool_max_size": 0}, "HINDSIGHT_API_DB_POOL_MAX_SIZE"),
-    ({"recall_budget_fixed_low": 0}, "HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW"),
-    ({"reranker_timeout": 0}, "HINDSIGHT_API_RERANKER_TIMEOUT"),
-    ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "variable"),
+    [
+        ({"semantic_min_similarity": 1.5}, "HINDSIGHT_API_SEMANTIC_MIN_SIMILARITY"),
+        ({"graph_seed_min_similarity": -0.1}, "HINDSIGHT_API_GRAPH_SEED_MIN_SIMILARITY"),
+        ({"temporal_semantic_min_similarity": 2}, "HINDSIGHT_API_TEMPORAL_SEMANTIC_MIN_SIMILARITY"),
+        ({"bm25_max_query_terms": -1}, "HINDSIGHT_API_BM25_MAX_QUERY_TERMS"),
+        ({"database_schema": "public; drop"}, "HINDSIGHT_API_DATABASE_SCHEMA"),
+        ({"vector_extension": "faiss"}, "HINDSIGHT_API_VECTOR_EXTENSION"),
+        ({"reranker_on_error": "ignore"}, "HINDSIGHT_API_RERANKER_ON_ERROR"),
+        ({"recall_max_concurrent": 0}, "HINDSIGHT_API_RECALL_MAX_CONCURRENT"),
+        ({"db_pool_max_size": 0}, "HINDSIGHT_API_DB_POOL_MAX_SIZE"),
+        ({"recall_budget_fixed_low": 0}, "HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW"),
+        ({"reranker_timeout": 0}, "HINDSIGHT_API_RERANKER_TIMEOUT"),
+        ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
+    ],
+)
 def test_hard_invalid_values_fail_naming_the_variable(overrides: dict, variable: str) -> None:
     with pytest.raises(ConfigError, match=variable):
         load_settings(**overrides)
@@ -102,10 +160,15 @@ def test_bank_overrides_are_validated() -> None:
     assert set(BankSettings.model_fields) < set(Settings.model_fields)
 
 
-@pytest.mark.parametrize(("overrides", "level", "cap"), [
-    ({}, "mid", 300), ({"reranker_max_candidates": 50}, "low", 50), ({"reranker_max_candidates_high": 900}, "high", 900),
-    ({"reranker_max_candidates_low": 10, "reranker_max_candidates": 70}, "mid", 70),
-])
+@pytest.mark.parametrize(
+    ("overrides", "level", "cap"),
+    [
+        ({}, "mid", 300),
+        ({"reranker_max_candidates": 50}, "low", 50),
+        ({"reranker_max_candidates_high": 900}, "high", 900),
+        ({"reranker_max_candidates_low": 10, "reranker_max_candidates": 70}, "mid", 70),
+    ],
+)
 def test_reranker_cap_per_budget(overrides: dict, level: str, cap: int) -> None:
     assert load_settings(**overrides).reranker_cap(level) == cap
 

@@ -29,9 +29,9 @@ from .types import Budget, FactType, Memory, TagsMatch, TimeWindow
 
 __all__ = [
     "BackendNotFound", "BankNotFound", "Budget", "ConfigError", "DatabaseError", "Engine", "FactType",
-    "InvalidRequest", "Memory", "MissingSetting", "PluginLoadError", "PoolExhausted", "RecallError", "RerankerError", "RerankerHTTPError", "RetainError",
-    "RetainStats", "Settings", "TagsMatch", "TimeWindow", "get_plugin_manager", "hookimpl", "load_settings",
-    "recall", "retain",
+    "InvalidRequest", "Memory", "MissingSetting", "PluginLoadError", "PoolExhausted", "RecallError",
+    "RerankerError", "RerankerHTTPError", "RetainError", "RetainStats", "Settings", "TagsMatch", "TimeWindow",
+    "get_plugin_manager", "hookimpl", "load_settings", "recall", "retain",
 ]
 
 

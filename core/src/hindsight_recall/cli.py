@@ -86,7 +86,9 @@ def main(verbose: bool) -> None:
     Settings come from HINDSIGHT_API_* environment variables; with HINDSIGHT_API_DATABASE_URL unset,
     an embedded PostgreSQL server is started.
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 @main.command()
@@ -132,7 +134,9 @@ def retain(file: Path, bank: str | None) -> None:
 @click.option("--types", help=f"Comma list of fact types ({', '.join(FACT_TYPES)}).")
 @click.option("--tags", help="Comma list of tags.")
 @click.option("--tags-match", type=click.Choice([t.value for t in TagsMatch]), default="any", show_default=True)
-@click.option("--chunks", "chunk_tokens", type=click.IntRange(min=0), help="Include source chunks within this many tokens.")
+@click.option(
+    "--chunks", "chunk_tokens", type=click.IntRange(min=0), help="Include source chunks within this many tokens."
+)
 @click.option("--trace", is_flag=True, help="Include the trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the response body as JSON.")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep at most this many results (after --max-tokens).")
@@ -143,11 +147,12 @@ def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp:
 
     async def go() -> dict[str, Any]:
         async with open_engine() as engine:
-            return await engine.recall(
+            result: dict[str, Any] = await engine.recall(
                 bank, query, budget=budget, max_tokens=max_tokens, query_timestamp=query_timestamp,
                 types=_split(types), tags=_split(tags), tags_match=tags_match, include_chunks=chunk_tokens,
                 trace=trace, limit=limit,
             )
+            return result
 
     body = run(go)
     if as_json:

@@ -71,7 +71,9 @@ class Engine:
             s,
         )
         self.retrievers: list[Retriever] = [cls(s) for cls in self.plugins.all("retriever")]
-        self._budget_functions = {name: self.plugins.get("budget_function", name) for name in self.plugins.names("budget_function")}
+        self._budget_functions = {
+            name: self.plugins.get("budget_function", name) for name in self.plugins.names("budget_function")
+        }
         if s.recall_budget_function not in self._budget_functions:
             log.warning("HINDSIGHT_API_RECALL_BUDGET_FUNCTION=%r is unknown (choices: %s); using 'fixed'",
                         s.recall_budget_function, ", ".join(self._budget_functions))
@@ -159,7 +161,8 @@ class Engine:
         :param query: the question.
         :param options: ``budget``, ``max_tokens``, ``types``, ``tags``, ``tags_match``, ``query_timestamp``,
             ``temporal_window``, ``min_scores``, ``include_entities``, ``include_chunks``,
-            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``, ``trace``, ``limit`` (see :func:`~hindsight_recall.recall.request.build_request`).
+            ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``,
+            ``trace``, ``limit`` (see :func:`~hindsight_recall.recall.request.build_request`).
         """
         request = build_request(bank_id, query, **options)
         queued = time.perf_counter()
@@ -168,7 +171,7 @@ class Engine:
             for attempt, delay in enumerate((*RETRY_DELAYS, None)):
                 try:
                     return await run_recall(self, request, waited)
-                except (asyncio.TimeoutError, TimeoutError) as exc:
+                except TimeoutError as exc:
                     raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_COMMAND_TIMEOUT)") from exc
                 except (DBAPIError, psycopg.Error) as exc:
                     if getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014":

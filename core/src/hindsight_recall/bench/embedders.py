@@ -64,7 +64,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     results = {b: await measure(b, questions, passages, args.cache_dir) for b in BACKENDS}
     a, b = results["torch"].pop("vectors"), results["onnx"].pop("vectors")
     cosine = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    report = {"questions": len(questions), "passages": len(passages), "backends": results,
+    report: dict[str, Any] = {"questions": len(questions), "passages": len(passages), "backends": results,
               "cosine": {"min": round(float(cosine.min()), 6), "mean": round(float(cosine.mean()), 6)}}
     for name, r in results.items():
         print(f"{name:5s}: query p50 {r['query_p50_ms']} ms, p95 {r['query_p95_ms']} ms; "

@@ -163,7 +163,9 @@ async def recall_upstream(client: Any, q: dict[str, Any]) -> list[str]:
     response = await client.post(f"/v1/default/banks/{q['bank']}/memories/recall", json=body)
     response.raise_for_status()
     # metadata.mem_id maps back to our ids; document_id (also our id) when a result comes without metadata
-    return [(r.get("metadata") or {}).get("mem_id") or r.get("document_id") or r["id"] for r in response.json()["results"]]
+    return [
+        (r.get("metadata") or {}).get("mem_id") or r.get("document_id") or r["id"] for r in response.json()["results"]
+    ]
 
 
 async def recall_ours(engine: Any, q: dict[str, Any]) -> list[str]:

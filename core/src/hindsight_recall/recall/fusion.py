@@ -79,7 +79,7 @@ def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str
     lists: dict[str, list[Hit]] = {}
     for result in results:
         lists.setdefault(result.arm, []).extend(result.hits)
-    for arm, hits in lists.items():
+    for hits in lists.values():
         hits.sort(key=lambda h: -h.score)
         if per_source_cap > 0:
             del hits[per_source_cap:]
@@ -135,10 +135,8 @@ def cap_candidates(
     """Keep the ``cap`` best candidates by the boosted key; return them and how many were dropped."""
     if len(candidates) <= cap:
         return candidates, 0
-    if boosts:
-        kept = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k, weights))[:cap]
-    else:
-        kept = candidates[:cap]
+    ordered = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k, weights)) if boosts else candidates
+    kept = ordered[:cap]
     return kept, len(candidates) - cap
 
 

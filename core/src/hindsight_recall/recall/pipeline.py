@@ -64,7 +64,9 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
 
     with trace.phase("temporal_extraction") as details:
         window = await _window(req, config, now)
-        details["window"] = None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+        details["window"] = (
+            None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+        )
         details["source"] = "request" if req.temporal_window else "query"
 
     ctx = RetrievalContext(
@@ -79,7 +81,11 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
         details.update(_arm_counts(results))
     trace.add("connection_wait", ctx.db.waited)
     for result in results:
-        trace.add(f"retrieval_{result.arm}", result.duration_seconds, {"fact_type": result.fact_type, "count": len(result.hits)})
+        trace.add(
+            f"retrieval_{result.arm}",
+            result.duration_seconds,
+            {"fact_type": result.fact_type, "count": len(result.hits)},
+        )
 
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
@@ -93,8 +99,13 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
         candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
-        details.update(kept=len(candidates), dropped=dropped, max_candidates=cap, strategy_boosts=boosts or None,
-                       arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists})
+        details.update(
+            kept=len(candidates),
+            dropped=dropped,
+            max_candidates=cap,
+            strategy_boosts=boosts or None,
+            arm_composition={arm: sum(1 for c in candidates if f"{arm}_rank" in c.source_ranks) for arm in lists},
+        )
 
     with trace.phase("reranking") as details:
         passthrough = req.reranking != "cross_encoder" or not config.enable_reranking

@@ -18,7 +18,9 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mapping[uuid.UUID, list[str]] | None) -> dict[str, Any]:
+def result_json(
+    c: Candidate, external: Mapping[uuid.UUID, str], entities: Mapping[uuid.UUID, list[str]] | None
+) -> dict[str, Any]:
     """One result of a recall; optional fields appear only when set."""
     row = c.row
     out: dict[str, Any] = {"id": row.external_id, "text": row.text, "type": row.fact_type}
@@ -37,9 +39,18 @@ def result_json(c: Candidate, external: Mapping[uuid.UUID, str], entities: Mappi
 
 
 async def build_response(
-    engine: RecallServices, req: RecallRequest, packed: list[Candidate], chunks_json: dict[str, Any] | None, truncated: bool,
-    trace: Trace, *, limit: int, embedding: Sequence[float], window: TimeWindow | None,
-    lists: Mapping[str, Sequence[Hit]], ranked: list[Candidate],
+    engine: RecallServices,
+    req: RecallRequest,
+    packed: list[Candidate],
+    chunks_json: dict[str, Any] | None,
+    truncated: bool,
+    trace: Trace,
+    *,
+    limit: int,
+    embedding: Sequence[float],
+    window: TimeWindow | None,
+    lists: Mapping[str, Sequence[Hit]],
+    ranked: list[Candidate],
 ) -> dict[str, Any]:
     """Fetch what the packed results need (entities, chunks, source ids) and assemble the body."""
     entity_map: dict[uuid.UUID, list[str]] | None = None
@@ -80,8 +91,10 @@ async def _rows_by_id(conn: Any, bank_id: str, ids: list[uuid.UUID]) -> dict[uui
     from ..store.schema import ROW_COLUMNS
     from .arms._rows import row_from
 
-    result = await conn.execute(text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
-                                {"bank": bank_id, "ids": ids})
+    result = await conn.execute(
+        text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
+        {"bank": bank_id, "ids": ids},
+    )
     return {m["id"]: row_from(m) for m in result.mappings()}
 
 
@@ -120,7 +133,9 @@ def empty_response(req: RecallRequest, trace: Trace) -> dict[str, Any]:
     }
 
 
-async def _entities(conn: Any, engine: RecallServices, req: RecallRequest, packed: list[Candidate]) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
+async def _entities(
+    conn: Any, engine: RecallServices, req: RecallRequest, packed: list[Candidate]
+) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
     # Observations inherit their sources' entities.
     owners: dict[uuid.UUID, list[uuid.UUID]] = {}
     for c in packed:
@@ -130,8 +145,11 @@ async def _entities(conn: Any, engine: RecallServices, req: RecallRequest, packe
     ids: dict[str, str] = {}
     if owners:
         rows = await conn.execute(
-            text("SELECT ue.unit_id, e.id, e.canonical_name FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
-                 "WHERE e.bank_id = :bank AND ue.unit_id = ANY(:ids) ORDER BY e.canonical_name"),
+            text(
+                "SELECT ue.unit_id, e.id, e.canonical_name "
+                "FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
+                "WHERE e.bank_id = :bank AND ue.unit_id = ANY(:ids) ORDER BY e.canonical_name"
+            ),
             {"bank": req.bank_id, "ids": list(owners)},
         )
         for row in rows:
@@ -186,36 +204,89 @@ def _node(row: MemoryRow) -> dict[str, Any]:
             "event_date": _iso(row.date), "fact_type": row.fact_type}
 
 
-def _trace(req: RecallRequest, trace: Trace, limit: int, embedding: Sequence[float], window: TimeWindow | None,
-           lists: Mapping[str, Sequence[Hit]], ranked: list[Candidate], returned: int) -> dict[str, Any]:
-    score_names = {"semantic": "similarity", "keyword": "bm25_score", "graph": "graph_score", "temporal": "temporal_score"}
-    retrieval = []
+def _trace(
+    req: RecallRequest,
+    trace: Trace,
+    limit: int,
+    embedding: Sequence[float],
+    window: TimeWindow | None,
+    lists: Mapping[str, Sequence[Hit]],
+    ranked: list[Candidate],
+    returned: int,
+) -> dict[str, Any]:
+    score_names = {
+        "semantic": "similarity",
+        "keyword": "bm25_score",
+        "graph": "graph_score",
+        "temporal": "temporal_score",
+    }
+    retrieval: list[dict[str, Any]] = []
     for arm, hits in lists.items():
         for ft in req.types:
             typed = [h for h in hits if h.row.fact_type == ft]
-            retrieval.append({
-                "method_name": arm, "fact_type": ft,
-                "duration_seconds": next((p["duration_seconds"] for p in trace.phases if p["phase_name"] == f"retrieval_{arm}" and p["details"].get("fact_type") == ft), None),
-                "metadata": {},
-                "results": [{"rank": i, **_node(h.row), "score": h.score, "score_name": score_names.get(arm, "score")}
-                            for i, h in enumerate(typed, start=1)],
-            })
+            retrieval.append(
+                {
+                    "method_name": arm,
+                    "fact_type": ft,
+                    "duration_seconds": next(
+                        (
+                            p["duration_seconds"]
+                            for p in trace.phases
+                            if p["phase_name"] == f"retrieval_{arm}" and p["details"].get("fact_type") == ft
+                        ),
+                        None,
+                    ),
+                    "metadata": {},
+                    "results": [
+                        {"rank": i, **_node(h.row), "score": h.score, "score_name": score_names.get(arm, "score")}
+                        for i, h in enumerate(typed, start=1)
+                    ],
+                }
+            )
     by_rrf = sorted(ranked, key=lambda c: c.rrf_rank)
     return {
-        "query": {"query_text": req.query, "query_embedding": list(embedding), "timestamp": _iso(req.query_timestamp),
-                  "budget": limit, "max_tokens": req.max_tokens, "tags": list(req.tags), "tags_match": req.tags_match.value,
-                  "temporal_constraint": None if window is None else {"start": _iso(window.start), "end": _iso(window.end)}},
+        "query": {
+            "query_text": req.query,
+            "query_embedding": list(embedding),
+            "timestamp": _iso(req.query_timestamp),
+            "budget": limit,
+            "max_tokens": req.max_tokens,
+            "tags": list(req.tags),
+            "tags_match": req.tags_match.value,
+            "temporal_constraint": None if window is None else {"start": _iso(window.start), "end": _iso(window.end)},
+        },
         "retrieval_results": retrieval,
-        "rrf_merged": [{"node_id": c.row.external_id, "text": c.row.text, "rrf_score": c.rrf_score,
-                        "source_ranks": dict(c.source_ranks), "final_rrf_rank": c.rrf_rank} for c in by_rrf],
-        "reranked": [{"node_id": c.row.external_id, "text": c.row.text, "rerank_score": c.final, "rerank_rank": i,
-                      "rrf_rank": c.rrf_rank, "rank_change": c.rrf_rank - i,
-                      "score_components": {"cross_encoder_score": c.cross_encoder_raw,
-                                           "cross_encoder_score_normalized": c.cross_encoder, "rrf_score": c.rrf_score,
-                                           "context": c.context,
-                                           "temporal": c.temporal, "recency": c.recency, "proof_norm": c.proof,
-                                           "combined_score": c.final}}
-                     for i, c in enumerate(ranked, start=1)],
+        "rrf_merged": [
+            {
+                "node_id": c.row.external_id,
+                "text": c.row.text,
+                "rrf_score": c.rrf_score,
+                "source_ranks": dict(c.source_ranks),
+                "final_rrf_rank": c.rrf_rank,
+            }
+            for c in by_rrf
+        ],
+        "reranked": [
+            {
+                "node_id": c.row.external_id,
+                "text": c.row.text,
+                "rerank_score": c.final,
+                "rerank_rank": i,
+                "rrf_rank": c.rrf_rank,
+                "rank_change": c.rrf_rank - i,
+                "score_components": {
+                    "cross_encoder_score": c.cross_encoder_raw,
+                    "cross_encoder_score_normalized": c.cross_encoder,
+                    "rrf_score": c.rrf_score,
+                    "context": c.context,
+                    "temporal": c.temporal,
+                    "recency": c.recency,
+                    "proof_norm": c.proof,
+                    "combined_score": c.final,
+                },
+            }
+            for i, c in enumerate(ranked, start=1)
+        ],
         "entry_points": [_node(h.row) | {"score": h.score} for h in list(lists.get("semantic", ()))[:10]],
         "summary": trace.summary(returned),
     }

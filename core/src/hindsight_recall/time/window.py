@@ -147,7 +147,7 @@ def _may_be_temporal(text: str) -> bool:
 
 def _finder_day(text: str, reference: datetime, languages: Sequence[str] | None) -> date | None:
     # Imported here: dateparser takes ~0.1 s to import and more to load its language data.
-    from dateparser.search import search_dates  # type: ignore[import-untyped]
+    from dateparser.search import search_dates
 
     snippet = text[:MAX_FINDER_CHARS]
     settings = {"RELATIVE_BASE": reference.replace(tzinfo=None), "PREFER_DATES_FROM": "past"}

@@ -30,8 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ...hookspecs import hookimpl
 from ...protocols import RetrievalContext
 from ...settings import Settings
-from ...types import ArmResult, Hit, MemoryRow, TimeWindow
 from ...store.schema import OCCURRED_RANGE
+from ...types import ArmResult, Hit, MemoryRow, TimeWindow
 from ._ann import AnnSettings, hnsw_settings
 from ._rows import COLUMNS, DISTANCE, base_params, row_from, run_union, where_for
 from .semantic import vector_literal
