@@ -90,14 +90,19 @@ async def test_batches_into_an_existing_bank_link_like_one_load(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synthetic = generate(600, seed=11)
-    whole, split, by_index = (f"test-links-{uuid.uuid4().hex[:8]}" for _ in range(3))
+    whole, split, by_index, unindexed = (f"test-links-{uuid.uuid4().hex[:8]}" for _ in range(4))
     await engine.retain(whole, synthetic.memories, embeddings=synthetic.vectors)
-    for bank in (split, by_index):
-        await engine.retain(bank, synthetic.memories[:400], embeddings=synthetic.vectors[:400])
+    await engine.retain(split, synthetic.memories[:400], embeddings=synthetic.vectors[:400])
     await engine.retain(split, synthetic.memories[400:], embeddings=synthetic.vectors[400:])
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 0)  # by_index: in the HNSW indexes
+    await engine.retain(by_index, synthetic.memories[:400], embeddings=synthetic.vectors[:400])
     monkeypatch.setattr(links, "INDEX_MIN_ROWS", 0)
     monkeypatch.setattr(links, "INDEX_RATIO", 1)
     await engine.retain(by_index, synthetic.memories[400:], embeddings=synthetic.vectors[400:])
+    # a bank past INDEX_MIN_ROWS that is not in the HNSW indexes (VECTOR_INDEX_MIN_ROWS set higher) reads vectors
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 10_000)
+    for part in (slice(0, 400), slice(400, None)):
+        await engine.retain(unindexed, synthetic.memories[part], embeddings=synthetic.vectors[part])
 
     def renamed(pairs: set[tuple[uuid.UUID, uuid.UUID]], bank: str) -> set[tuple[uuid.UUID, uuid.UUID]]:
         back = {unit_id(bank, m.id): unit_id(whole, m.id) for m in synthetic.memories}
@@ -109,6 +114,7 @@ async def test_batches_into_an_existing_bank_link_like_one_load(
         expected = {p for p in await links_of(engine, whole, kind) if p[0] in late_whole}
         assert expected
         assert renamed(await links_of(engine, split, kind), split) == expected
+        assert renamed(await links_of(engine, unindexed, kind), unindexed) == expected
         if kind == "semantic":  # HNSW on a few hundred rows is exact in practice
             found = renamed(await links_of(engine, by_index, kind), by_index)
             assert len(found & expected) >= 0.95 * len(expected)

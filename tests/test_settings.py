@@ -55,6 +55,8 @@ DEFAULTS = {
     "embeddings_query_prefix": "",
     "embeddings_passage_prefix": "",
     "embeddings_batch_size": 64,
+    "embeddings_local_backend": "torch",
+    "embeddings_onnx_cache_dir": None,
     "reranker_provider": "local",
     "reranker_send_bank_as_header": False,
     "reranker_on_error": "fallback",

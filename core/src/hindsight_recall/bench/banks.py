@@ -73,7 +73,7 @@ async def _planning(engine: Any, bank_id: str, vector: list[float]) -> dict[str,
             out[f"{name}planning_ms"] = round(statistics.median(plan), 3)
             out[f"{name}execution_ms"] = round(statistics.median(run), 3)
         indexes = await conn.scalar(text(
-            "SELECT count(*) FROM pg_indexes WHERE tablename = 'memory_units'"))
+            "SELECT count(*) FROM pg_indexes WHERE tablename = 'memory_units' AND schemaname = current_schema()"))
         rows = await conn.scalar(text(
             "SELECT count(*) FROM memory_units WHERE bank_id = :b AND fact_type = 'world'"), {"b": bank_id})
     return {**out, "indexes_on_memory_units": int(indexes), "bank_indexed": indexed, "world_rows": int(rows)}

@@ -130,9 +130,12 @@ async def semantic_links(
     :param vectors: their vectors (unused when the bank's vectors are read back).
     :param floor: SEMANTIC_LINK_MIN_SIMILARITY.
     """
-    count = text("SELECT count(*) FROM memory_units WHERE bank_id = :bank")
-    total = int(await conn.scalar(count, {"bank": bank_id}))
-    if total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids):
+    state = text("SELECT (SELECT count(*) FROM memory_units WHERE bank_id = :bank) AS total, "
+                 "coalesce((SELECT indexed FROM banks WHERE bank_id = :bank), false) AS indexed")
+    total, indexed = (await conn.execute(state, {"bank": bank_id})).one()
+    # only a bank flagged into the shared indexes can be asked through them (VECTOR_INDEX_MIN_ROWS may be
+    # set above INDEX_MIN_ROWS)
+    if indexed and total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids):
         return await _semantic_by_index(conn, bank_id, ids, floor)
     from pgvector.psycopg import register_vector_async  # late: only retain reads vectors back
 
