@@ -119,6 +119,7 @@ async def test_upgrade_drops_per_bank_indexes(engine: Engine) -> None:
                                 "WHERE bank_id = 'an old bank'"))
         await conn.execute(text("DELETE FROM hindsight_migrations WHERE version = 8"))
         await schema.migrate(conn, engine.embedder.dimensions(), engine.text_search)
-        left = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE left(indexname, 11) = 'idx_mu_emb_' AND schemaname = current_schema()"))
+        left = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE left(indexname, 11) = 'idx_mu_emb_' "
+                                      "AND schemaname = current_schema()"))
         done = await conn.scalar(text("SELECT count(*) FROM hindsight_migrations WHERE version = 8"))
     assert left == 0 and done == 1

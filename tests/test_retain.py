@@ -114,7 +114,8 @@ async def test_semantic_links_above_threshold(engine: Engine, bank: str) -> None
 async def test_no_vector_index_per_bank(engine: Engine, alice: str) -> None:
     async with engine.db.connect() as conn:
         names = set((await conn.execute(text(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_units' AND schemaname = current_schema() AND indexdef LIKE '%hnsw%'"
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_units' "
+            "AND schemaname = current_schema() AND indexdef LIKE '%hnsw%'"
         ))).scalars())
         indexed = await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :b"), {"b": alice})
         flagged = await conn.scalar(text("SELECT count(*) FROM memory_units WHERE bank_id = :b AND ann"), {"b": alice})
@@ -161,10 +162,12 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
         versions = list(
             (await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars()
         )
-        gin = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids' AND schemaname = current_schema()"))
+        gin = await conn.scalar(text(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids' AND schemaname = current_schema()"))
         target = await conn.scalar(text("SELECT reloptions::text FROM pg_class WHERE oid = 'memory_units'::regclass"))
         by_type = await conn.scalar(text(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_unit_entities_entity_type' AND schemaname = current_schema()"))
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_unit_entities_entity_type' "
+            "AND schemaname = current_schema()"))
         link_fks = await conn.scalar(text(
             "SELECT count(*) FROM pg_constraint WHERE conrelid = 'memory_links'::regclass AND contype = 'f'"))
     assert versions == sorted(MIGRATIONS)
@@ -263,7 +266,8 @@ async def test_a_bulk_load_is_vacuumed_and_analyzed_before_retain_returns(
 
     monkeypatch.setattr(engine.db, "vacuum_analyze", spy)
     rows = max(await count(engine, "SELECT count(*) FROM memory_units"),  # the estimate may lag either way
-               await count(engine, "SELECT greatest(reltuples, 0)::int FROM pg_class WHERE oid = 'memory_units'::regclass"))
+               await count(engine, "SELECT greatest(reltuples, 0)::int FROM pg_class "
+                                   "WHERE oid = 'memory_units'::regclass"))
     before = await all_visible_pages()
     await engine.retain(bank, [{"id": "one", "text": "Alice hiked."}])
     assert calls == []  # one row: far below 50 + a tenth of the table
@@ -286,7 +290,8 @@ async def test_a_failed_vacuum_keeps_the_committed_load(
 
     monkeypatch.setattr(engine.db, "vacuum_analyze", refuse)
     rows = max(await count(engine, "SELECT count(*) FROM memory_units"),  # the estimate may lag either way
-               await count(engine, "SELECT greatest(reltuples, 0)::int FROM pg_class WHERE oid = 'memory_units'::regclass"))
+               await count(engine, "SELECT greatest(reltuples, 0)::int FROM pg_class "
+                                   "WHERE oid = 'memory_units'::regclass"))
     n = 100 + rows // 5  # over 50 + a tenth of the table, even once the load itself is counted
     vectors = np.random.default_rng(1).normal(size=(n, engine.embedder.dimensions()))
     with caplog.at_level("WARNING"):
