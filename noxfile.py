@@ -55,7 +55,7 @@ def demo(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over everything, mypy --strict over core and the plugins (the model stack is left out)."""
     install_without_models(session, *PLUGINS)
-    session.install("ruff>=0.6", "mypy>=1.11")
+    session.install("ruff>=0.6", "mypy>=1.11", *TEST_DEPS)
     session.run("ruff", "check", ".")
     modules = sorted(glob.glob("backends/*/hindsight_recall_*.py") + glob.glob("rerankers/*/hindsight_recall_*.py"))
     session.run("mypy", "core/src/hindsight_recall", *modules)

@@ -43,7 +43,7 @@ class LocalEmbeddings:
                 from sentence_transformers import SentenceTransformer
                 from transformers.utils import logging as hf_logging
 
-                hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the weight-loading bar is noise in a CLI
+                hf_logging.disable_progress_bar()  # the weight-loading bar is noise in a CLI
 
                 if self.settings.embeddings_local_backend == "onnx":
                     self._model = self._load_onnx()
