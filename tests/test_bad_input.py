@@ -167,8 +167,9 @@ def test_cli_malformed_url_and_missing_server(data_dir: Path) -> None:
     assert "sw0rdfish" not in result.stderr + result.stdout
 
 
-def _database_without_extensions(engine: Engine, name: str) -> str:
-    """A database on the test server where no extension can be created (as on a server without pgvector)."""
+def _database_without_extensions(engine: Engine, name: str, *present: str) -> str:
+    """A database on the test server where no extension but ``present`` can be created (as on a server
+    without pgvector or without contrib)."""
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -177,6 +178,10 @@ def _database_without_extensions(engine: Engine, name: str) -> str:
     with psycopg.connect(admin, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             conn.execute(f"CREATE DATABASE {name}")
+            inside = url.set(database=name).render_as_string(hide_password=False)
+            with psycopg.connect(inside, autocommit=True) as db:
+                for extension in present:
+                    db.execute(f"CREATE EXTENSION {extension}")
             conn.execute(f"ALTER DATABASE {name} SET extension_control_path = '/nonexistent'")
     return url.set(database=name).render_as_string(hide_password=False)
 
@@ -187,6 +192,14 @@ def test_cli_server_without_pgvector(engine: Engine, data_dir: Path) -> None:
     url = _database_without_extensions(engine, "no_pgvector")
     one_line_error(cli("recall", "x", "--bank", "b", data_dir=data_dir, HINDSIGHT_API_DATABASE_URL=url),
                    "no pgvector", "Install pgvector")
+
+
+def test_cli_server_without_btree_gist(engine: Engine, data_dir: Path) -> None:
+    if not engine.db.embedded:
+        pytest.skip("needs the embedded test server")
+    url = _database_without_extensions(engine, "no_btree_gist", "vector")
+    one_line_error(cli("recall", "x", "--bank", "b", data_dir=data_dir, HINDSIGHT_API_DATABASE_URL=url),
+                   "no btree_gist", "contrib")
 
 
 def test_cli_text_search_extension_absent(engine: Engine, data_dir: Path) -> None:

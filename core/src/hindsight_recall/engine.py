@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 #: Back-off before retrying a recall that lost its connection.
 RETRY_DELAYS = (0.5, 1.0, 2.0)
+T = TypeVar("T")
 
 
 class Engine:
@@ -142,17 +143,10 @@ class Engine:
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
             needs its vectors, and the embedding model is not run.
         """
-        for attempt, delay in enumerate((*RETRY_DELAYS, None)):
-            try:
-                return await self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
-            except (DBAPIError, psycopg.Error) as exc:
-                # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
-                if delay is None or not is_retryable(exc):
-                    raise
-                log.warning("retain failed (attempt %d): %s; retrying", attempt + 1, db_message(exc))
-                await asyncio.sleep(delay)
-                await self._recover(exc)
-        raise ConfigError("unreachable")  # pragma: no cover
+        # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
+        return await self._retrying(
+            "retain", lambda: self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
+        )
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens``.
@@ -168,19 +162,26 @@ class Engine:
         queued = time.perf_counter()
         async with self._recalls:
             waited = time.perf_counter() - queued
-            for attempt, delay in enumerate((*RETRY_DELAYS, None)):
-                try:
-                    return await run_recall(self, request, waited)
-                except TimeoutError as exc:
-                    raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_COMMAND_TIMEOUT)") from exc
-                except (DBAPIError, psycopg.Error) as exc:
-                    if getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014":
-                        raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
-                    if delay is None or not is_retryable(exc):
-                        raise
-                    log.warning("recall failed (attempt %d): %s; retrying", attempt + 1, db_message(exc))
-                    await asyncio.sleep(delay)
-                    await self._recover(exc)
+            try:
+                return await self._retrying("recall", lambda: run_recall(self, request, waited))
+            except TimeoutError as exc:
+                raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_COMMAND_TIMEOUT)") from exc
+            except (DBAPIError, psycopg.Error) as exc:
+                if getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014":
+                    raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
+                raise
+
+    async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run ``attempt``, again after a lost connection or a serialization failure (RETRY_DELAYS apart)."""
+        for number, delay in enumerate((*RETRY_DELAYS, None), start=1):
+            try:
+                return await attempt()
+            except (DBAPIError, psycopg.Error) as exc:
+                if delay is None or not is_retryable(exc):
+                    raise
+                log.warning("%s failed (attempt %d): %s; retrying", what, number, db_message(exc))
+                await asyncio.sleep(delay)
+                await self._recover(exc)
         raise ConfigError("unreachable")  # pragma: no cover
 
     async def list_banks(self) -> list[dict[str, Any]]:
@@ -232,6 +233,10 @@ def _schema_failure(exc: DBAPIError, text_search: str) -> str:
         if '"vector"' in first:
             return (f"the PostgreSQL server has no pgvector: {first}. Install pgvector on that server, or unset "
                     "HINDSIGHT_API_DATABASE_URL to use the embedded server (which bundles it).")
+        if '"btree_gist"' in first:
+            return (f"the PostgreSQL server has no btree_gist: {first}. Install PostgreSQL's contrib modules on "
+                    "that server (e.g. the postgresql-contrib package), or unset HINDSIGHT_API_DATABASE_URL to use "
+                    "the embedded server.")
         return (f"the PostgreSQL server lacks an extension that HINDSIGHT_API_TEXT_SEARCH_EXTENSION={text_search!r} "
                 f"needs: {first}. Install it on the server, or choose another text-search backend (e.g. native).")
     return f"could not prepare the database schema: {first}"
