@@ -23,12 +23,14 @@ SCORER = "scorer_tf_idf($index)"
 
 # pgroonga_score has a value only while a PGroonga index or bitmap scan produces the row; under a
 # sequential scan (a small or never-analysed table) every match would score 0. The function plans
-# its query on every call with sequential scans off, and OFFSET 0 keeps the bank predicate out of
-# the scan, so the PGroonga index is the only path left and the score does not depend on the plan.
+# its query on every call with sequential scans off (and index and bitmap scans on, whatever the
+# session says), and OFFSET 0 keeps the bank predicate out of the scan, so the PGroonga index is the
+# only path left and the score does not depend on the plan.
 HITS_DDL = (
     f"CREATE OR REPLACE FUNCTION {HITS_FUNCTION}(text, text) "
     "RETURNS TABLE (hit_id uuid, hit_score double precision) "
-    "LANGUAGE sql STABLE SET enable_seqscan = off AS $hits$ "
+    "LANGUAGE sql STABLE SET enable_seqscan = off SET enable_indexscan = on SET enable_bitmapscan = on "
+    "AS $hits$ "
     "SELECT id, score FROM (SELECT id, bank_id, pgroonga_score(tableoid, ctid) AS score FROM memory_units "
     f"WHERE ({DOCUMENT}) &@~ pgroonga_condition($1, scorers => ARRAY['{SCORER}'], index_name => '{INDEX}') "
     "OFFSET 0) AS matched WHERE bank_id = $2 $hits$"

@@ -28,7 +28,8 @@ INDEX = (
 HITS = (
     "CREATE OR REPLACE FUNCTION hindsight_pgroonga_hits(text, text) "
     "RETURNS TABLE (hit_id uuid, hit_score double precision) "
-    "LANGUAGE sql STABLE SET enable_seqscan = off AS $hits$ "
+    "LANGUAGE sql STABLE SET enable_seqscan = off SET enable_indexscan = on SET enable_bitmapscan = on "
+    "AS $hits$ "
     "SELECT id, score FROM (SELECT id, bank_id, pgroonga_score(tableoid, ctid) AS score FROM memory_units "
     f"WHERE ({DOCUMENT}) &@~ pgroonga_condition($1, scorers => ARRAY['scorer_tf_idf($index)'], "
     "index_name => 'idx_memory_units_text_search') "
