@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hindsight_recall.embeddings import LocalEmbeddings, bundled_model_path
+from hindsight_recall.embeddings import BATCH_SIZE, LocalEmbeddings, bundled_model_path
 from hindsight_recall.errors import ConfigError
 from hindsight_recall.settings import Settings, load_settings
 
@@ -82,3 +82,32 @@ def test_other_pooling_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="mean-pooling"):
         emb.dimensions()
     assert bundled_model_path()  # the default model is mean-pooled, so it is not refused
+
+
+def test_small_token_sorted_batches_agree_with_torch(onnx_cache: Path) -> None:
+    texts = [f"{i}: " + "Melanie painted the lake at dawn. " * (i % 9) for i in range(40)] + TEXTS
+    torch_vectors = embed("torch", onnx_cache, texts)
+    emb = LocalEmbeddings(Settings(embeddings_local_backend="onnx", embeddings_onnx_cache_dir=onnx_cache,
+                                   embeddings_batch_size=3))
+    onnx_vectors = np.array(asyncio.run(emb.embed(texts, mode="passage")))
+    assert ((torch_vectors * onnx_vectors).sum(axis=1) >= 0.999).all()
+
+
+def test_auto_picks_onnx_when_the_extra_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    auto = LocalEmbeddings(Settings())
+    assert auto.backend == "onnx" and auto.batch_size == BATCH_SIZE["onnx"]
+    monkeypatch.setattr("hindsight_recall.embeddings.onnx_installed", lambda: False)
+    without = LocalEmbeddings(Settings())
+    assert without.backend == "torch" and without.batch_size == BATCH_SIZE["torch"]
+    assert LocalEmbeddings(Settings(embeddings_batch_size=5)).batch_size == 5
+
+
+def test_auto_runs_on_torch_what_onnx_cannot(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = tmp_path / "cls-model"
+    (model / "1_Pooling").mkdir(parents=True)
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": False}))
+    emb = LocalEmbeddings(Settings(embeddings_local_model=str(model), embeddings_onnx_cache_dir=tmp_path / "c"))
+    assert emb.backend == "onnx"
+    with pytest.raises(ConfigError, match="EMBEDDINGS_LOCAL_MODEL"):  # this folder holds no weights for torch
+        emb.dimensions()
+    assert emb.backend == "torch" and "using torch" in caplog.text

@@ -123,9 +123,11 @@ class Settings(BaseSettings, BankSettings):
     embeddings_local_model: str | None = None
     embeddings_query_prefix: str = ""
     embeddings_passage_prefix: str = ""
-    embeddings_batch_size: int = Field(64, ge=1)
-    #: ``torch`` runs the model through sentence-transformers; ``onnx`` through ONNX Runtime (the ``onnx`` extra)
-    embeddings_local_backend: Literal["torch", "onnx"] = "torch"
+    #: texts per forward pass; unset, the backend's best on CPU (64 on torch, 8 on ONNX Runtime)
+    embeddings_batch_size: int | None = Field(None, ge=1)
+    #: ``torch`` runs the model through sentence-transformers; ``onnx`` through ONNX Runtime (the ``onnx``
+    #: extra); ``auto`` picks ``onnx`` when the extra is installed, else ``torch``
+    embeddings_local_backend: Literal["auto", "torch", "onnx"] = "auto"
     #: where ONNX exports are kept (default ``~/.cache/hindsight-recall/onnx``)
     embeddings_onnx_cache_dir: Path | None = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -51,12 +52,14 @@ async def measure(backend: str, questions: list[str], passages: list[str], cache
         t0 = time.perf_counter()
         await emb.embed([q], mode="query")
         single.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     vectors = await emb.embed(passages, mode="passage")
-    batch = time.perf_counter() - t0
+    batch, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    # CPU seconds (every thread of this process) say more than wall time on a machine shared with other work
     return {"load_seconds": round(load, 2), "query_p50_ms": round(statistics.median(single) * 1000, 2),
             "query_p95_ms": round(sorted(single)[int(0.95 * (len(single) - 1))] * 1000, 2),
-            "passages_per_s": round(len(passages) / batch, 1), "vectors": np.array(vectors)}
+            "passages_per_s": round(len(passages) / batch, 1), "passage_cpu_ms": round(cpu / len(passages) * 1000, 2),
+            "batch_size": emb.batch_size, "vectors": np.array(vectors)}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -65,10 +68,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     a, b = results["torch"].pop("vectors"), results["onnx"].pop("vectors")
     cosine = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     report: dict[str, Any] = {"questions": len(questions), "passages": len(passages), "backends": results,
+              "load_average": list(os.getloadavg()),
               "cosine": {"min": round(float(cosine.min()), 6), "mean": round(float(cosine.mean()), 6)}}
     for name, r in results.items():
         print(f"{name:5s}: query p50 {r['query_p50_ms']} ms, p95 {r['query_p95_ms']} ms; "
-              f"passages {r['passages_per_s']}/s; load {r['load_seconds']} s")
+              f"passages {r['passages_per_s']}/s, {r['passage_cpu_ms']} CPU ms each (batch {r['batch_size']}); "
+              f"load {r['load_seconds']} s")
     print(f"cosine torch vs onnx over {len(passages)} passages: min {report['cosine']['min']}, "
           f"mean {report['cosine']['mean']}")
     if args.out:

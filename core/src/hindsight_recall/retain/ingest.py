@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -32,6 +31,7 @@ from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
 from ..tokens import TokenCounter
 from ..types import Memory
+from ._embed import embed_passages
 from ._rows import check_references, write_chunks, write_entities
 from ._rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
 from ._rows import unit_id as unit_id
@@ -157,8 +157,8 @@ class Ingestor:
             _check_unique(memories, (lines or {}).get(bank_id))
         t0 = time.perf_counter()
         if embeddings is None:
-            vectors = np.asarray(await self._embed([m.text for ms in batches.values() for m in ms], progress),
-                                 dtype=np.float32)
+            texts = [m.text for ms in batches.values() for m in ms]
+            vectors = await embed_passages(self.embedder, texts, progress)
         else:
             vectors = self._given(batches, embeddings)
         stats.embedding_seconds = time.perf_counter() - t0
@@ -213,18 +213,6 @@ class Ingestor:
                                   f"bank {bank_id!r} needs finite {dims}-dimensional vectors, one per memory")
             parts.append(part)
         return np.concatenate(parts)
-
-    async def _embed(self, texts: list[str], progress: bool | None) -> list[list[float]]:
-        size = max(self.settings.embeddings_batch_size * 4, 64)
-        show = sys.stderr.isatty() if progress is None else progress
-        from tqdm import tqdm  # late: only retain needs it
-
-        out: list[list[float]] = []
-        with tqdm(total=len(texts), desc="embedding", unit="memory", disable=not show, file=sys.stderr) as bar:
-            for i in range(0, len(texts), size):
-                out.extend(await self.embedder.embed(texts[i : i + size], mode="passage"))
-                bar.update(min(size, len(texts) - i))
-        return out
 
     async def _retain_bank(
         self,
