@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BankNotFound
-from ..protocols import RetrievalContext
+from ..protocols import RetrievalContext, Retriever
 from ..store import banks
 from ..time.window import resolve_window
 from ..types import ArmResult, Candidate, TimeWindow
@@ -45,6 +45,18 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     """
     trace = Trace()
     trace.add("semaphore_wait", semaphore_wait)
+    req = _cap_query(engine, req)
+    # The query vector takes the longest of anything before the arms; it is computed meanwhile.
+    embedding_task = asyncio.create_task(_embed(engine, req.query))
+    try:
+        return await _run(engine, req, trace, embedding_task)
+    finally:
+        embedding_task.cancel()
+
+
+async def _run(
+    engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]]
+) -> dict[str, Any]:
     settings = engine.settings
     with trace.phase("backend_acquisition"):
         async with engine.db.connect() as conn:
@@ -55,30 +67,40 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
         return empty_response(req, trace)
     overrides, indexed = state
     config = settings.for_bank(overrides)
-    req = _cap_query(engine, req)
     limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
     now = req.query_timestamp or datetime.now(UTC)
 
-    with trace.phase("generate_query_embedding"):
-        embedding = (await engine.embedder.embed([req.query], mode="query"))[0]
-
-    with trace.phase("temporal_extraction") as details:
-        window = await _window(req, config, now)
-        details["window"] = (
-            None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
-        )
-        details["source"] = "request" if req.temporal_window else "query"
-
+    window_task = asyncio.ensure_future(_window(req, config, now))
     ctx = RetrievalContext(
-        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=embedding, fact_types=req.types,
+        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=(), fact_types=req.types,
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
         db=engine.db.limited(config.recall_connection_budget), text_search=engine.text_search, now=now,
-        window=window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
+        window=None, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
         indexed=indexed,
     )
-    with trace.phase("parallel_retrieval") as details:
-        results = await _retrieve(engine, ctx)
-        details.update(_arm_counts(results))
+    # arms that need neither the vector nor the window start now, while the query is embedded
+    tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not _needs_vector(arm) and arm.enabled(ctx)}
+    try:
+        with trace.phase("generate_query_embedding") as details:
+            embedding = await embedding_task
+            details["overlapped_arms"] = list(tasks)
+        with trace.phase("temporal_extraction") as details:
+            window = await window_task
+            details["window"] = (
+                None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+            )
+            details["source"] = "request" if req.temporal_window else "query"
+        ctx = replace(ctx, embedding=embedding, window=window)
+        for arm in engine.retrievers:
+            if _needs_vector(arm) and arm.enabled(ctx):
+                tasks[arm.name] = _start(arm, ctx)
+        with trace.phase("parallel_retrieval") as details:
+            ordered = [tasks[arm.name] for arm in engine.retrievers if arm.name in tasks]  # registration order
+            results = [r for arm_results in await asyncio.gather(*ordered) for r in arm_results]
+            details.update(_arm_counts(results))
+    finally:
+        for task in (window_task, *tasks.values()):
+            task.cancel()
     trace.add("connection_wait", ctx.db.waited)
     for result in results:
         trace.add(
@@ -185,11 +207,19 @@ def _cap_query(engine: RecallServices, req: RecallRequest) -> RecallRequest:
     return replace(req, query=query, tokens=query_tokens(query))
 
 
-async def _retrieve(engine: RecallServices, ctx: RetrievalContext) -> list[ArmResult]:
-    arms = [arm for arm in engine.retrievers if arm.enabled(ctx)]
+async def _embed(engine: RecallServices, query: str) -> list[float]:
+    return list((await engine.embedder.embed([query], mode="query"))[0])
+
+
+def _needs_vector(arm: Retriever) -> bool:
+    """An arm declares ``needs_embedding = False`` to start before the query vector exists."""
+    return bool(getattr(arm, "needs_embedding", True))
+
+
+def _start(arm: Retriever, ctx: RetrievalContext) -> asyncio.Task[list[ArmResult]]:
+    """Run one arm as a task, within ``DB_COMMAND_TIMEOUT``."""
     timeout = ctx.settings.db_command_timeout or None
-    gathered = await asyncio.wait_for(asyncio.gather(*(arm.retrieve(ctx) for arm in arms)), timeout)
-    return [result for arm_results in gathered for result in arm_results]
+    return asyncio.ensure_future(asyncio.wait_for(arm.retrieve(ctx), timeout))
 
 
 def _token_counter(engine: RecallServices) -> Any:
