@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from ..protocols import RetrievalContext, Retriever
 from ..store import banks
 from ..time.window import resolve_window
 from ..types import ArmResult, Candidate, TimeWindow
+from .complete import complete, incomplete
 from .context import apply_context
 from .filters import tag_filter
 from .fusion import (
@@ -57,16 +59,24 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
 async def _run(
     engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]]
 ) -> dict[str, Any]:
-    settings = engine.settings
-    with trace.phase("backend_acquisition"):
-        async with engine.db.connect() as conn:
-            state = await banks.bank_state(conn, req.bank_id)
+    async with contextlib.AsyncExitStack() as stack:
+        with trace.phase("backend_acquisition"):
+            # held to the end of the recall and lent to whichever stage runs alone (see LimitedConnections)
+            session = await stack.enter_async_context(engine.db.connect())
+            state = await banks.bank_state(session, req.bank_id)
+        return await _recall(engine, req, trace, embedding_task, session, state)
+
+
+async def _recall(
+    engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]],
+    session: Any, state: tuple[dict[str, Any], bool] | None,
+) -> dict[str, Any]:
     if state is None:
         raise BankNotFound(req.bank_id)
     if not req.types:
         return empty_response(req, trace)
     overrides, indexed = state
-    config = settings.for_bank(overrides)
+    config = engine.settings.for_bank(overrides)
     limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
     now = req.query_timestamp or datetime.now(UTC)
 
@@ -74,7 +84,7 @@ async def _run(
     ctx = RetrievalContext(
         bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=(), fact_types=req.types,
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
-        db=engine.db.limited(config.recall_connection_budget), text_search=engine.text_search, now=now,
+        db=engine.db.limited(config.recall_connection_budget, lend=session), text_search=engine.text_search, now=now,
         window=None, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
         indexed=indexed,
     )
@@ -131,6 +141,9 @@ async def _run(
 
     with trace.phase("reranking") as details:
         passthrough = req.reranking != "cross_encoder" or not config.enable_reranking
+        if not passthrough and not getattr(engine.rerank.reranker, "passthrough", False):
+            async with ctx.db.connect() as conn:  # the reranker reads each candidate's text
+                await complete(conn, req.bank_id, candidates)
         rerank_details = await engine.rerank.run(req.query, candidates, req.bank_id, passthrough)
         details.update(rerank_details)
         if req.reranking == "interleave":
@@ -152,10 +165,14 @@ async def _run(
     chunks: dict[str, Any] | None = None
     if req.include_chunks is not None:  # from the truncated list, before packing
         with trace.phase("chunk_fetch") as details:
-            chunks = await fetch_chunks(engine, req, top)
+            chunks = await fetch_chunks(engine, req, top, ctx.db)
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         count = _token_counter(engine)
+        uncounted = [c for c in top if c.row.token_count is None]  # rows stored before token counts
+        if incomplete(uncounted):
+            async with ctx.db.connect() as conn:
+                await complete(conn, req.bank_id, uncounted)
         packed, used, truncated = pack(top, req.max_tokens, count)
         if req.limit is not None:  # top-k of what fits: the token budget decides first, then the count
             packed = packed[: req.limit]
@@ -163,7 +180,7 @@ async def _run(
             details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
     return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
-                                window=window, lists=lists, ranked=candidates)
+                                window=window, lists=lists, ranked=candidates, db=ctx.db)
 
 
 async def _window(req: RecallRequest, config: Any, now: datetime) -> TimeWindow | None:
