@@ -34,7 +34,7 @@ async def fetch_rows(conn: Any, bank_id: str, ids: Iterable[uuid.UUID]) -> dict[
         text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
         {"bank": bank_id, "ids": wanted},
     )
-    return {m["id"]: row_from(m) for m in result.mappings()}
+    return {m["id"]: row_from(m, True) for m in result.mappings()}
 
 
 def incomplete(candidates: Iterable[Candidate]) -> list[uuid.UUID]:

@@ -19,9 +19,13 @@ COLUMNS = ARM_COLUMNS
 DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 
 
-def row_from(m: Mapping[Any, Any]) -> MemoryRow:
-    """Map a result row of ``ROW_COLUMNS`` (complete) or :data:`COLUMNS` (incomplete) to a :class:`MemoryRow`."""
-    complete = "text" in m
+def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
+    """Map a result row of ``ROW_COLUMNS`` (complete) or :data:`COLUMNS` (incomplete) to a :class:`MemoryRow`.
+
+    :param complete: which of the two; ``None`` looks (callers mapping many rows say it once).
+    """
+    if complete is None:
+        complete = "text" in m
     return MemoryRow(
         id=m["id"],
         external_id=m["external_id"],
@@ -66,9 +70,11 @@ async def run_union(
 ) -> list[ArmResult]:
     """Run one UNION ALL of per-fact-type sub-selects and split the rows by fact type."""
     started = time.perf_counter()
-    rows = (await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))).mappings().all()
+    result = await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))
+    complete = "text" in tuple(result.keys())
+    rows = result.mappings().all()
     duration = time.perf_counter() - started
     by_type: dict[str, list[Hit]] = {ft: [] for ft in ctx.fact_types}
     for m in rows:
-        by_type[m["fact_type"]].append(Hit(row_from(m), float(m[score_column])))
+        by_type[m["fact_type"]].append(Hit(row_from(m, complete), float(m[score_column])))
     return [ArmResult(arm, ft, hits, duration) for ft, hits in by_type.items()]

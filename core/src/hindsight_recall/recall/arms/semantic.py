@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ...hookspecs import hookimpl
@@ -18,7 +19,12 @@ def ef_search(limit: int) -> int:
 
 
 def vector_literal(values: Any) -> str:
-    """pgvector's text form of a vector."""
+    """pgvector's text form of a vector (formatted once per query vector: several arms bind it)."""
+    return _literal(tuple(values))
+
+
+@functools.lru_cache(maxsize=32)
+def _literal(values: tuple[float, ...]) -> str:
     return "[" + ",".join(f"{float(v):.7g}" for v in values) + "]"
 
 
