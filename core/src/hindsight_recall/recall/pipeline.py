@@ -16,6 +16,8 @@ from ..protocols import RetrievalContext, Retriever
 from ..store import banks
 from ..time.window import resolve_window
 from ..types import ArmResult, Candidate, TimeWindow
+from .arms._ann import AnnSettings
+from .arms._compose import composable, run_composed
 from .complete import complete, incomplete
 from .context import apply_context
 from .filters import tag_filter
@@ -101,13 +103,19 @@ async def _recall(
             )
             details["source"] = "request" if req.temporal_window else "query"
         ctx = replace(ctx, embedding=embedding, window=window)
-        for arm in engine.retrievers:
-            if _needs_vector(arm) and arm.enabled(ctx):
-                tasks[arm.name] = _start(arm, ctx)
+        late = [arm for arm in engine.retrievers if _needs_vector(arm) and arm.enabled(ctx)]
+        # arms that can be written as one statement go together (recall/arms/_compose.py)
+        group = [arm for arm in late if hasattr(arm, "statement")] if len(late) > 1 else []
+        if len(group) > 1:
+            together = _start_composed(group, ctx)
+            tasks.update((arm.name, together) for arm in group)
+        tasks.update((arm.name, _start(arm, ctx)) for arm in late if arm not in group)
         with trace.phase("parallel_retrieval") as details:
-            ordered = [tasks[arm.name] for arm in engine.retrievers if arm.name in tasks]  # registration order
-            results = [r for arm_results in await asyncio.gather(*ordered) for r in arm_results]
+            gathered = await asyncio.gather(*dict.fromkeys(tasks.values()))
+            order = [arm.name for arm in engine.retrievers]
+            results = sorted((r for rs in gathered for r in rs), key=lambda r: order.index(r.arm))  # stable
             details.update(_arm_counts(results))
+            details["composed"] = [arm.name for arm in group] if len(group) > 1 else []
     finally:
         for task in (window_task, *tasks.values()):
             task.cancel()
@@ -226,6 +234,26 @@ def _cap_query(engine: RecallServices, req: RecallRequest) -> RecallRequest:
 
 async def _embed(engine: RecallServices, query: str) -> list[float]:
     return list((await engine.embedder.embed([query], mode="query"))[0])
+
+
+def _start_composed(arms: list[Any], ctx: RetrievalContext) -> asyncio.Task[list[ArmResult]]:
+    """Run arms as one statement, within ``DB_COMMAND_TIMEOUT``; apart when they cannot be composed
+    or the statement outlives an arm's own timeout (each arm's fallback then applies)."""
+    async def run() -> list[ArmResult]:
+        statements = [arm.statement(ctx) for arm in arms]
+        if composable(statements):
+            try:
+                return await run_composed(ctx, statements, _COMPOSED_ANN)
+            except TimeoutError:
+                log.warning("arms %s took too long as one statement; running them apart",
+                            ", ".join(arm.name for arm in arms))
+        return [r for rs in await asyncio.gather(*(arm.retrieve(ctx) for arm in arms)) for r in rs]
+
+    return asyncio.ensure_future(asyncio.wait_for(run(), ctx.settings.db_command_timeout or None))
+
+
+#: hnsw.* settings the server rejected, for composed statements
+_COMPOSED_ANN = AnnSettings()
 
 
 def _needs_vector(arm: Retriever) -> bool:

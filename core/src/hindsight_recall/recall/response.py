@@ -74,6 +74,7 @@ async def build_response(
             async with db.connect() as conn:
                 rows = await fetch_rows(conn, req.bank_id, wanted)
             fill(rows, [*packed, *ranked], lists if req.trace else None)
+            packed = [c for c in packed if c.row.complete]  # a memory deleted since the arms read it
         details["rows"] = len(rows)
         if req.include_source_facts is not None:
             source_json, source_truncated = _source_facts(engine, req, packed, rows)
