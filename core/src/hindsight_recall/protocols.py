@@ -74,7 +74,12 @@ class RetrievalContext:
 
 @runtime_checkable
 class Retriever(Protocol):
-    """A retrieval arm: returns scored memories for a query, one result per fact type."""
+    """A retrieval arm: returns scored memories for a query, one result per fact type.
+
+    An arm that uses neither the query vector nor the date window may set the class attribute
+    ``needs_embedding = False``: it then starts while the query is embedded, with an empty
+    ``ctx.embedding`` and no ``ctx.window``.
+    """
 
     name: str
 

@@ -113,6 +113,9 @@ class MemoryRow:
     source_memory_ids: tuple[uuid.UUID, ...] = ()
     #: tokens of ``text``, counted at retain (``None`` for rows written before the count was stored)
     token_count: int | None = None
+    #: False for a row an arm read with :data:`~hindsight_recall.store.schema.ARM_COLUMNS` only: its
+    #: ``text``, ``context``, ``tags``, ``metadata`` and ``document_id`` are not filled in yet
+    complete: bool = True
 
     @property
     def date(self) -> datetime | None:

@@ -97,4 +97,4 @@ async def _around(conn: Any, ctx: RetrievalContext, ids: Sequence[uuid.UUID]) ->
         f"ON {DOCUMENT_KEY} = w.doc AND position = w.pos "
         f"WHERE bank_id = :bank_id AND fact_type = ANY(:fact_types) AND {ctx.filter.sql}"
     ), {"bank_id": ctx.bank_id, "ids": list(ids), "fact_types": list(ctx.fact_types), **ctx.filter.params})
-    return {(m["doc_key"], m["position"]): row_from(m) for m in result.mappings()}
+    return {(m["doc_key"], m["position"]): row_from(m, False) for m in result.mappings()}

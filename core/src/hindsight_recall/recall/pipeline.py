@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -11,10 +12,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BankNotFound
-from ..protocols import RetrievalContext
+from ..protocols import RetrievalContext, Retriever
 from ..store import banks
 from ..time.window import resolve_window
 from ..types import ArmResult, Candidate, TimeWindow
+from .arms._ann import AnnSettings
+from .arms._compose import composable, run_composed
+from .complete import complete, incomplete
 from .context import apply_context
 from .filters import tag_filter
 from .fusion import (
@@ -45,40 +49,76 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     """
     trace = Trace()
     trace.add("semaphore_wait", semaphore_wait)
-    settings = engine.settings
-    with trace.phase("backend_acquisition"):
-        async with engine.db.connect() as conn:
-            state = await banks.bank_state(conn, req.bank_id)
+    req = _cap_query(engine, req)
+    # The query vector takes the longest of anything before the arms; it is computed meanwhile.
+    embedding_task = asyncio.create_task(_embed(engine, req.query))
+    try:
+        return await _run(engine, req, trace, embedding_task)
+    finally:
+        embedding_task.cancel()
+
+
+async def _run(
+    engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]]
+) -> dict[str, Any]:
+    async with contextlib.AsyncExitStack() as stack:
+        with trace.phase("backend_acquisition"):
+            # held to the end of the recall and lent to whichever stage runs alone (see LimitedConnections)
+            session = await stack.enter_async_context(engine.db.connect())
+            state = await banks.bank_state(session, req.bank_id)
+        return await _recall(engine, req, trace, embedding_task, session, state)
+
+
+async def _recall(
+    engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]],
+    session: Any, state: tuple[dict[str, Any], bool] | None,
+) -> dict[str, Any]:
     if state is None:
         raise BankNotFound(req.bank_id)
     if not req.types:
         return empty_response(req, trace)
     overrides, indexed = state
-    config = settings.for_bank(overrides)
-    req = _cap_query(engine, req)
+    config = engine.settings.for_bank(overrides)
     limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
     now = req.query_timestamp or datetime.now(UTC)
 
-    with trace.phase("generate_query_embedding"):
-        embedding = (await engine.embedder.embed([req.query], mode="query"))[0]
-
-    with trace.phase("temporal_extraction") as details:
-        window = await _window(req, config, now)
-        details["window"] = (
-            None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
-        )
-        details["source"] = "request" if req.temporal_window else "query"
-
+    window_task = asyncio.ensure_future(_window(req, config, now))
     ctx = RetrievalContext(
-        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=embedding, fact_types=req.types,
+        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=(), fact_types=req.types,
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
-        db=engine.db.limited(config.recall_connection_budget), text_search=engine.text_search, now=now,
-        window=window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
+        db=engine.db.limited(config.recall_connection_budget, lend=session), text_search=engine.text_search, now=now,
+        window=None, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
         indexed=indexed,
     )
-    with trace.phase("parallel_retrieval") as details:
-        results = await _retrieve(engine, ctx)
-        details.update(_arm_counts(results))
+    # arms that need neither the vector nor the window start now, while the query is embedded
+    tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not _needs_vector(arm) and arm.enabled(ctx)}
+    try:
+        with trace.phase("generate_query_embedding") as details:
+            embedding = await embedding_task
+            details["overlapped_arms"] = list(tasks)
+        with trace.phase("temporal_extraction") as details:
+            window = await window_task
+            details["window"] = (
+                None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
+            )
+            details["source"] = "request" if req.temporal_window else "query"
+        ctx = replace(ctx, embedding=embedding, window=window)
+        late = [arm for arm in engine.retrievers if _needs_vector(arm) and arm.enabled(ctx)]
+        # arms that can be written as one statement go together (recall/arms/_compose.py)
+        group = [arm for arm in late if hasattr(arm, "statement")] if len(late) > 1 else []
+        if len(group) > 1:
+            together = _start_composed(group, ctx)
+            tasks.update((arm.name, together) for arm in group)
+        tasks.update((arm.name, _start(arm, ctx)) for arm in late if arm not in group)
+        with trace.phase("parallel_retrieval") as details:
+            gathered = await asyncio.gather(*dict.fromkeys(tasks.values()))
+            order = [arm.name for arm in engine.retrievers]
+            results = sorted((r for rs in gathered for r in rs), key=lambda r: order.index(r.arm))  # stable
+            details.update(_arm_counts(results))
+            details["composed"] = [arm.name for arm in group] if len(group) > 1 else []
+    finally:
+        for task in (window_task, *tasks.values()):
+            task.cancel()
     trace.add("connection_wait", ctx.db.waited)
     for result in results:
         trace.add(
@@ -109,6 +149,9 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
 
     with trace.phase("reranking") as details:
         passthrough = req.reranking != "cross_encoder" or not config.enable_reranking
+        if not passthrough and not getattr(engine.rerank.reranker, "passthrough", False):
+            async with ctx.db.connect() as conn:  # the reranker reads each candidate's text
+                await complete(conn, req.bank_id, candidates)
         rerank_details = await engine.rerank.run(req.query, candidates, req.bank_id, passthrough)
         details.update(rerank_details)
         if req.reranking == "interleave":
@@ -130,10 +173,14 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     chunks: dict[str, Any] | None = None
     if req.include_chunks is not None:  # from the truncated list, before packing
         with trace.phase("chunk_fetch") as details:
-            chunks = await fetch_chunks(engine, req, top)
+            chunks = await fetch_chunks(engine, req, top, ctx.db)
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         count = _token_counter(engine)
+        uncounted = [c for c in top if c.row.token_count is None]  # rows stored before token counts
+        if incomplete(uncounted):
+            async with ctx.db.connect() as conn:
+                await complete(conn, req.bank_id, uncounted)
         packed, used, truncated = pack(top, req.max_tokens, count)
         if req.limit is not None:  # top-k of what fits: the token budget decides first, then the count
             packed = packed[: req.limit]
@@ -141,7 +188,7 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
             details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
     return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
-                                window=window, lists=lists, ranked=candidates)
+                                window=window, lists=lists, ranked=candidates, db=ctx.db)
 
 
 async def _window(req: RecallRequest, config: Any, now: datetime) -> TimeWindow | None:
@@ -185,11 +232,39 @@ def _cap_query(engine: RecallServices, req: RecallRequest) -> RecallRequest:
     return replace(req, query=query, tokens=query_tokens(query))
 
 
-async def _retrieve(engine: RecallServices, ctx: RetrievalContext) -> list[ArmResult]:
-    arms = [arm for arm in engine.retrievers if arm.enabled(ctx)]
+async def _embed(engine: RecallServices, query: str) -> list[float]:
+    return list((await engine.embedder.embed([query], mode="query"))[0])
+
+
+def _start_composed(arms: list[Any], ctx: RetrievalContext) -> asyncio.Task[list[ArmResult]]:
+    """Run arms as one statement, within ``DB_COMMAND_TIMEOUT``; apart when they cannot be composed
+    or the statement outlives an arm's own timeout (each arm's fallback then applies)."""
+    async def run() -> list[ArmResult]:
+        statements = [arm.statement(ctx) for arm in arms]
+        if composable(statements):
+            try:
+                return await run_composed(ctx, statements, _COMPOSED_ANN)
+            except TimeoutError:
+                log.warning("arms %s took too long as one statement; running them apart",
+                            ", ".join(arm.name for arm in arms))
+        return [r for rs in await asyncio.gather(*(arm.retrieve(ctx) for arm in arms)) for r in rs]
+
+    return asyncio.ensure_future(asyncio.wait_for(run(), ctx.settings.db_command_timeout or None))
+
+
+#: hnsw.* settings the server rejected, for composed statements
+_COMPOSED_ANN = AnnSettings()
+
+
+def _needs_vector(arm: Retriever) -> bool:
+    """An arm declares ``needs_embedding = False`` to start before the query vector exists."""
+    return bool(getattr(arm, "needs_embedding", True))
+
+
+def _start(arm: Retriever, ctx: RetrievalContext) -> asyncio.Task[list[ArmResult]]:
+    """Run one arm as a task, within ``DB_COMMAND_TIMEOUT``."""
     timeout = ctx.settings.db_command_timeout or None
-    gathered = await asyncio.wait_for(asyncio.gather(*(arm.retrieve(ctx) for arm in arms)), timeout)
-    return [result for arm_results in gathered for result in arm_results]
+    return asyncio.ensure_future(asyncio.wait_for(arm.retrieve(ctx), timeout))
 
 
 def _token_counter(engine: RecallServices) -> Any:

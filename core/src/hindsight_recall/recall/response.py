@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSequence, Sequence
 from typing import Any
 
 from sqlalchemy import text
 
 from ..types import Candidate, Hit, MemoryRow, TimeWindow
+from .complete import fetch_rows, fill, incomplete
 from .request import RecallRequest
 from .services import RecallServices
 from .trace import Trace
@@ -49,27 +50,39 @@ async def build_response(
     limit: int,
     embedding: Sequence[float],
     window: TimeWindow | None,
-    lists: Mapping[str, Sequence[Hit]],
+    lists: Mapping[str, MutableSequence[Hit]],
     ranked: list[Candidate],
+    db: Any = None,
 ) -> dict[str, Any]:
-    """Fetch what the packed results need (entities, chunks, source ids) and assemble the body."""
+    """Fetch what the packed results need (whole rows, entities, source ids) and assemble the body.
+
+    ``db`` hands out the recall's connections (default: the engine's pool).
+    """
+    db = db or engine.db
     entity_map: dict[uuid.UUID, list[str]] | None = None
     entities_json: dict[str, Any] | None = None
     source_json: dict[str, Any] | None = None
     source_truncated: bool | None = None
     with trace.phase("source_fact_fetch") as details:
         sources = list(dict.fromkeys(s for c in packed for s in c.row.source_memory_ids))
+        # one statement: the shown rows' text and the sources; with the trace, every row it names
+        wanted = [*incomplete(packed), *sources]
+        if req.trace:
+            wanted += [*incomplete(ranked), *(h.row.id for hits in lists.values() for h in hits if not h.row.complete)]
         rows: dict[uuid.UUID, MemoryRow] = {}
-        if sources:
-            async with engine.db.connect() as conn:
-                rows = await _rows_by_id(conn, req.bank_id, sources)
+        if wanted:
+            async with db.connect() as conn:
+                rows = await fetch_rows(conn, req.bank_id, wanted)
+            fill(rows, [*packed, *ranked], lists if req.trace else None)
+            packed = [c for c in packed if c.row.complete]  # a memory deleted since the arms read it
+        details["rows"] = len(rows)
         if req.include_source_facts is not None:
             source_json, source_truncated = _source_facts(engine, req, packed, rows)
             details.update(source_facts=len(source_json), truncated=source_truncated)
     external = {uid: row.external_id for uid, row in rows.items()}
     if req.include_entities is not None:
         with trace.phase("entity_build"):
-            async with engine.db.connect() as conn:
+            async with db.connect() as conn:
                 entity_map, entities_json = await _entities(conn, engine, req, packed)
     trace.finish()
     body: dict[str, Any] = {
@@ -85,17 +98,6 @@ async def build_response(
     if req.trace:
         body["trace"] = _trace(req, trace, limit, embedding, window, lists, ranked, len(packed))
     return body
-
-
-async def _rows_by_id(conn: Any, bank_id: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
-    from ..store.schema import ROW_COLUMNS
-    from .arms._rows import row_from
-
-    result = await conn.execute(
-        text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
-        {"bank": bank_id, "ids": ids},
-    )
-    return {m["id"]: row_from(m) for m in result.mappings()}
 
 
 def _source_facts(engine: RecallServices, req: RecallRequest, packed: list[Candidate],
@@ -171,12 +173,13 @@ async def _entities(
     return per_unit, out
 
 
-async def fetch_chunks(engine: RecallServices, req: RecallRequest, top: list[Candidate]) -> dict[str, Any]:
+async def fetch_chunks(engine: RecallServices, req: RecallRequest, top: list[Candidate], db: Any = None
+                       ) -> dict[str, Any]:
     """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops."""
     order = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id))
     if not order:
         return {}
-    async with engine.db.connect() as conn:
+    async with (db or engine.db).connect() as conn:
         rows = await conn.execute(
             text("SELECT chunk_id, chunk_text, chunk_index FROM chunks WHERE bank_id = :bank AND chunk_id = ANY(:ids)"),
             {"bank": req.bank_id, "ids": order},

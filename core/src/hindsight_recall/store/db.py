@@ -189,9 +189,13 @@ class Database:
             for table in tables:
                 await conn.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
 
-    def limited(self, connections: int) -> LimitedConnections:
-        """A view that lets one recall hold at most ``connections`` connections at once."""
-        return LimitedConnections(self, connections)
+    def limited(self, connections: int, lend: AsyncConnection | None = None) -> LimitedConnections:
+        """A view that lets one recall hold at most ``connections`` connections at once.
+
+        :param connections: RECALL_CONNECTION_BUDGET.
+        :param lend: a connection the recall already holds; it is handed out whenever it is free.
+        """
+        return LimitedConnections(self, connections, lend)
 
     async def close(self) -> None:
         if self.engine is not None:
@@ -203,17 +207,42 @@ class Database:
 
 
 class LimitedConnections:
-    """Hands out connections of a :class:`Database`, at most ``n`` at a time (RECALL_CONNECTION_BUDGET)."""
+    """Hands out connections of a :class:`Database`, at most ``n`` at a time (RECALL_CONNECTION_BUDGET).
 
-    def __init__(self, db: Database, n: int) -> None:
+    A recall holds one connection from its start (the bank lookup) to its end; lent out whenever
+    it is free, it spares the checkout, ``BEGIN`` and ``COMMIT`` of a stage that runs alone (the
+    keyword arm while the query is embedded, the context stage, the final row fetch). Statements on
+    it run in the recall's transaction: ``hnsw.*`` settings are set by each arm that searches the
+    index, so none relies on another's. After an error on it (a timeout cancels a statement and
+    aborts the transaction), it is not lent again.
+    """
+
+    def __init__(self, db: Database, n: int, lend: AsyncConnection | None = None) -> None:
         self.db = db
         self._slots = asyncio.Semaphore(n)
+        self._lend = lend
+        self._lent = False
         #: Seconds spent waiting for a slot or a pooled connection, summed (a trace diagnostic).
         self.waited = 0.0
+        #: Connections taken from the pool (the lent one not counted), a trace diagnostic.
+        self.checkouts = 0
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
         started = time.perf_counter()
-        async with self._slots, self.db.connect() as conn:
-            self.waited += time.perf_counter() - started
-            yield conn
+        async with self._slots:
+            if self._lend is not None and not self._lent:
+                self._lent = True
+                self.waited += time.perf_counter() - started
+                try:
+                    yield self._lend
+                except BaseException:
+                    self._lend = None
+                    raise
+                finally:
+                    self._lent = False
+                return
+            async with self.db.connect() as conn:
+                self.checkouts += 1
+                self.waited += time.perf_counter() - started
+                yield conn

@@ -16,6 +16,12 @@ ROW_COLUMNS = (
     "id, external_id, text, fact_type, context, occurred_start, occurred_end, mentioned_at, "
     "tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, token_count"
 )
+#: What ranking needs of a row (fusion, scoring, packing, observation dedup, chunks): the arms read
+#: only these, and the rows a recall returns are completed with :data:`ROW_COLUMNS` in one statement.
+ARM_COLUMNS = (
+    "id, external_id, fact_type, occurred_start, occurred_end, mentioned_at, chunk_id, proof_count, "
+    "source_memory_ids, token_count"
+)
 
 _FACT_TYPE_CHECK = ", ".join(f"'{t}'" for t in FACT_TYPES)
 

@@ -10,32 +10,39 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...protocols import RetrievalContext
-from ...store.schema import ROW_COLUMNS
+from ...store.schema import ARM_COLUMNS
 from ...types import ArmResult, Hit, MemoryRow
 
-COLUMNS = ROW_COLUMNS
+#: the columns arms read: what ranking needs, not what the answer shows (see :func:`row_from`)
+COLUMNS = ARM_COLUMNS
 #: cosine distance to the query vector bound as ``:embedding``
 DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 
 
-def row_from(m: Mapping[Any, Any]) -> MemoryRow:
-    """Map a result row of :data:`COLUMNS` to a :class:`MemoryRow`."""
+def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
+    """Map a result row of ``ROW_COLUMNS`` (complete) or :data:`COLUMNS` (incomplete) to a :class:`MemoryRow`.
+
+    :param complete: which of the two; ``None`` looks (callers mapping many rows say it once).
+    """
+    if complete is None:
+        complete = "text" in m
     return MemoryRow(
         id=m["id"],
         external_id=m["external_id"],
-        text=m["text"],
+        text=m["text"] if complete else "",
         fact_type=m["fact_type"],
-        context=m["context"],
+        context=m["context"] if complete else None,
         occurred_start=m["occurred_start"],
         occurred_end=m["occurred_end"],
         mentioned_at=m["mentioned_at"],
-        tags=tuple(m["tags"] or ()),
-        metadata=m["metadata"],
-        document_id=m["document_id"],
+        tags=tuple(m["tags"] or ()) if complete else (),
+        metadata=m["metadata"] if complete else None,
+        document_id=m["document_id"] if complete else None,
         chunk_id=m["chunk_id"],
         proof_count=m["proof_count"] if m["proof_count"] is not None else 1,
         source_memory_ids=tuple(m["source_memory_ids"] or ()),
         token_count=m["token_count"],
+        complete=complete,
     )
 
 
@@ -63,9 +70,11 @@ async def run_union(
 ) -> list[ArmResult]:
     """Run one UNION ALL of per-fact-type sub-selects and split the rows by fact type."""
     started = time.perf_counter()
-    rows = (await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))).mappings().all()
+    result = await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))
+    complete = "text" in tuple(result.keys())
+    rows = result.mappings().all()
     duration = time.perf_counter() - started
     by_type: dict[str, list[Hit]] = {ft: [] for ft in ctx.fact_types}
     for m in rows:
-        by_type[m["fact_type"]].append(Hit(row_from(m), float(m[score_column])))
+        by_type[m["fact_type"]].append(Hit(row_from(m, complete), float(m[score_column])))
     return [ArmResult(arm, ft, hits, duration) for ft, hits in by_type.items()]

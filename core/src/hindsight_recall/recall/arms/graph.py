@@ -40,6 +40,7 @@ from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...types import ArmResult
 from ._ann import AnnSettings, hnsw_settings
+from ._compose import ArmStatement
 from ._rows import COLUMNS, DISTANCE, base_params, run_union, where_for
 from .semantic import ef_search, vector_literal
 
@@ -76,6 +77,16 @@ class GraphRetriever:
             log.warning("graph expansion took over %.3g s; running it again without entities", timeout)
             results = await self._run(ctx, entities=False, timeout=None)
             return [replace(r, metadata={"timed_out": True}) for r in results]
+
+    def statement(self, ctx: RetrievalContext) -> ArmStatement:
+        """The arm as one composable statement (see :mod:`._compose`); the entity part included.
+
+        :param ctx: the recall's retrieval context.
+        """
+        statements = [expansion_sql(ctx, ft) for ft in ctx.fact_types]
+        ann = hnsw_settings(ef_search(ctx.limit), ctx.settings) if ctx.indexed else {}
+        return ArmStatement(self.name, [f"({sql})" for sql, _ in statements], statements[0][1], ann,
+                            ctx.settings.link_expansion_timeout)
 
     async def _run(
         self, ctx: RetrievalContext, *, entities: bool, timeout: float | None

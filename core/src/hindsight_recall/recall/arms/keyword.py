@@ -15,6 +15,8 @@ class KeywordRetriever:
     """BM25-style keyword matching; skipped when the query has no word tokens."""
 
     name = "keyword"
+    #: the arm starts while the query is being embedded
+    needs_embedding = False
 
     def __init__(self, settings: Settings | None = None) -> None:
         pass

@@ -183,7 +183,7 @@ class _Spreading:
         """Add the best-reached children within the budget; return their ids."""
         reached: dict[uuid.UUID, _Reached] = {}
         for m in rows:
-            row = row_from(m)
+            row = row_from(m, False)
             p = proximity(row, window, NEIGHBOUR_NO_DATE)
             t = propagate(batch[m["parent"]], float(m["weight"]), m["link_type"], p)
             best = reached.get(row.id)

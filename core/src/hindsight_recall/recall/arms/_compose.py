@@ -1,0 +1,76 @@
+"""Several SQL arms as one statement: one connection, one round trip, one transaction.
+
+On these 2 cores, with other work on the machine, the semantic and graph arms as one statement
+took less time than the same statements on two connections at once (docs/benchmarks.md): each
+statement on its own connection pays a checkout, ``BEGIN``, ``COMMIT`` and a wake-up of its server
+process, and the server does the same work either way. An arm offers its statement through
+``statement(ctx)``; arms whose parameters or ``hnsw.*`` settings disagree run apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+
+from ...protocols import RetrievalContext
+from ...types import ArmResult, Hit
+from ._ann import AnnSettings
+from ._rows import row_from
+
+
+@dataclass(frozen=True)
+class ArmStatement:
+    """One arm's UNION ALL of per-fact-type sub-selects, ready to be composed with others."""
+
+    arm: str
+    subselects: Sequence[str]
+    params: Mapping[str, Any]
+    #: ``hnsw.*`` settings the statement needs (empty: none)
+    ann: Mapping[str, str] = field(default_factory=dict)
+    #: seconds the arm allows itself; past it the arms run apart (the arm's own fallback applies)
+    timeout: float | None = None
+
+
+def composable(statements: Sequence[ArmStatement]) -> bool:
+    """True when every shared parameter name and ``hnsw.*`` setting has one value across the arms."""
+    params: dict[str, Any] = {}
+    ann: dict[str, str] = {}
+    for st in statements:
+        for merged, own in ((params, st.params), (ann, st.ann)):
+            for key, value in own.items():
+                if key in merged and merged[key] != value:
+                    return False
+                merged[key] = value
+    return True
+
+
+async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement], ann: AnnSettings) -> list[ArmResult]:
+    """Run the arms' statements as one UNION ALL on one connection; split rows by arm and fact type.
+
+    Every sub-select keeps its own ORDER BY and LIMIT; a leading arm index (a literal from this
+    code, not a value) tells the rows apart, and each arm's score is its sub-select's last column.
+    """
+    parts = [f"SELECT {i} AS arm_index, q.* FROM {sub} AS q"
+             for i, st in enumerate(statements) for sub in st.subselects]
+    params = {k: v for st in statements for k, v in st.params.items()}
+    wanted = {k: v for st in statements for k, v in st.ann.items()}
+    timeouts = [st.timeout for st in statements if st.timeout is not None]
+    async with ctx.db.connect() as conn:
+        async with asyncio.timeout(min(timeouts) if timeouts else None):
+            if wanted:
+                await ann.apply(conn, wanted)
+            started = time.perf_counter()
+            result = await conn.execute(text(" UNION ALL ".join(f"({p})" for p in parts)), params)
+            complete = "text" in tuple(result.keys())
+            rows = result.all()
+            duration = time.perf_counter() - started
+    hits: dict[tuple[int, str], list[Hit]] = {(i, ft): [] for i in range(len(statements)) for ft in ctx.fact_types}
+    for row in rows:
+        m = row._mapping
+        hits[(row[0], m["fact_type"])].append(Hit(row_from(m, complete), float(row[-1])))
+    return [ArmResult(st.arm, ft, hits[(i, ft)], duration) for i, st in enumerate(statements) for ft in ctx.fact_types]

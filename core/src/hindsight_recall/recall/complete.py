@@ -1,0 +1,73 @@
+"""Completing rows: arms read only what ranking needs; the rows a recall shows are read whole, once.
+
+An arm returns up to ``B`` rows per fact type, and most of them never reach the answer; reading
+their text, tags and metadata cost more than the ranking itself. The rows that are shown (packed
+results, source facts, and everything when the trace is on) or scored by a reranker are filled in
+here, with one statement.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, MutableMapping, MutableSequence
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import text
+
+from ..store.schema import ROW_COLUMNS
+from ..types import Candidate, Hit, MemoryRow
+from .arms._rows import row_from
+
+
+async def fetch_rows(conn: Any, bank_id: str, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
+    """Whole rows of the bank by internal id, in one statement.
+
+    :param conn: an open connection.
+    :param bank_id: the bank; rows of other banks are never read.
+    :param ids: the memories wanted.
+    """
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return {}
+    result = await conn.execute(
+        text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
+        {"bank": bank_id, "ids": wanted},
+    )
+    return {m["id"]: row_from(m, True) for m in result.mappings()}
+
+
+def incomplete(candidates: Iterable[Candidate]) -> list[uuid.UUID]:
+    """Ids of the candidates whose rows an arm read in part."""
+    return [c.row.id for c in candidates if not c.row.complete]
+
+
+def fill(
+    rows: MutableMapping[uuid.UUID, MemoryRow], candidates: Iterable[Candidate],
+    lists: Mapping[str, MutableSequence[Hit]] | None = None,
+) -> None:
+    """Put fetched rows in place of the incomplete ones of candidates (and of arm lists' hits).
+
+    :param rows: whole rows by id, as :func:`fetch_rows` returns them.
+    :param candidates: candidates to update in place.
+    :param lists: each arm's hits, updated in place (the trace shows them).
+    """
+    for c in candidates:
+        if not c.row.complete and c.row.id in rows:
+            c.row = rows[c.row.id]
+    for hits in (lists or {}).values():
+        for i, h in enumerate(hits):
+            if not h.row.complete and h.row.id in rows:
+                hits[i] = replace(h, row=rows[h.row.id])
+
+
+async def complete(conn: Any, bank_id: str, candidates: list[Candidate]) -> None:
+    """Fill in the incomplete rows among ``candidates`` with one statement.
+
+    :param conn: an open connection.
+    :param bank_id: the bank of the recall.
+    :param candidates: updated in place.
+    """
+    ids = incomplete(candidates)
+    if ids:
+        fill(await fetch_rows(conn, bank_id, ids), candidates)
