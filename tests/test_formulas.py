@@ -273,3 +273,13 @@ def test_fuse_follows_the_fusion_setting() -> None:
     assert [c.rrf_score for c in by_rank] == [c.rrf_score for c in rrf_fuse(lists, 5, {"keyword": 1.5})]
     with pytest.raises(ValueError):
         Settings(recall_fusion="borda")
+
+
+def test_bench_ablation_without_semantic_silences_it_in_either_fusion() -> None:
+    from hindsight_recall.bench.locomo import ABLATIONS
+    from hindsight_recall.recall.fusion import parse_score_weights, parse_weights
+
+    update = ABLATIONS["without:semantic"](Settings())
+    assert parse_score_weights(update["recall_score_weights"])["semantic"] == 0.0
+    assert parse_weights(update["recall_rrf_weights"])["semantic"] == 0.0
+    assert parse_score_weights(update["recall_score_weights"])["keyword"] == 1.0  # the others keep theirs
