@@ -163,7 +163,6 @@ class NativeBackend:
             f"ORDER BY bm25_score DESC, id LIMIT :limit)"
         )
 
-
     def _idf_sql(self, columns: str, where: str) -> str:
         """The arm with IDF-weighted terms, in one statement: matches, counts, weights, scores.
 
@@ -176,16 +175,17 @@ class NativeBackend:
             f"(WITH hits AS MATERIALIZED (SELECT {columns}, search_vector AS hit_vector, fact_type AS hit_type "
             f"FROM memory_units WHERE {where} AND search_vector @@ {self._tsquery()}), "
             # the query text is quoted terms joined by ' | ' (prepare_query), so it splits back into terms
-            f"terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(string_to_array(:query_text, ' | ')) AS t(term) "
-            f"CROSS JOIN LATERAL to_tsquery({lang}, t.term) AS q WHERE numnode(q) > 0), "
-            f"visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units WHERE {where} "
-            "GROUP BY fact_type), "
+            "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(string_to_array(:query_text, ' | ')) "
+            f"AS t(term) CROSS JOIN LATERAL to_tsquery({lang}, t.term) AS q WHERE numnode(q) > 0), "
+            "visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units "
+            f"WHERE {where} GROUP BY fact_type), "
             "weights AS MATERIALIZED (SELECT visible.hit_type, terms.q, "
             "CAST(ln(1 + (visible.n - d.df + 0.5) / (d.df + 0.5)) AS float8) AS w "
             "FROM terms CROSS JOIN visible CROSS JOIN LATERAL (SELECT count(*) AS df FROM hits "
             "WHERE hits.hit_type = visible.hit_type AND hits.hit_vector @@ terms.q) AS d), "
-            f"scored AS MATERIALIZED (SELECT hits.*, (SELECT sum(w * {self.config.rank}(hits.hit_vector, q)) / count(*) "
-            "FROM weights WHERE weights.hit_type = hits.hit_type) AS bm25_score FROM hits) "
+            "scored AS MATERIALIZED (SELECT hits.*, "
+            f"(SELECT sum(w * {self.config.rank}(hits.hit_vector, q)) / count(*) FROM weights "
+            "WHERE weights.hit_type = hits.hit_type) AS bm25_score FROM hits) "
             f"SELECT {columns}, bm25_score FROM scored WHERE bm25_score >= :min_score "
             "ORDER BY bm25_score DESC, id LIMIT :limit)"
         )
