@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from hindsight_recall.recall.budget import AdaptiveBudget, FixedBudget
-from hindsight_recall.recall.fusion import arm_lists, boosted_key, cap_candidates, rrf_fuse
+from hindsight_recall.recall.fusion import arm_lists, boosted_key, cap_candidates, fuse, min_max, rrf_fuse, score_fuse
 from hindsight_recall.recall.packing import pack
 from hindsight_recall.recall.scoring import (
     apply_floors,
@@ -224,3 +224,62 @@ def test_graph_high_boost_keeps_the_heads_of_other_arms_in_the_cap() -> None:
     assert dropped == 450
     assert {f"s{i}" for i in range(5)} <= names and {f"k{i}" for i in range(5)} <= names
     assert {f"g{i}" for i in range(20)} <= names  # the boosted arm still wins the middle
+
+
+def scored(*pairs: tuple[str, float]) -> list[Hit]:
+    return [Hit(row(n), s) for n, s in pairs]
+
+
+def test_min_max_scales_each_list_to_unit_range() -> None:
+    assert min_max([0.8, 0.5, 0.2]) == pytest.approx([1.0, 0.5, 0.0])
+    assert min_max([0.4, 0.4]) == [1.0, 1.0]  # all equal: each is the arm's best
+    assert min_max([0.7]) == [1.0] and min_max([]) == []
+
+
+def test_score_fusion_worked_example() -> None:
+    """keyword 1 × scaled + semantic 0.5 × scaled; a score gap survives, unlike ranks."""
+    keyword = scored(("a", 0.30), ("b", 0.05), ("c", 0.04))  # a far ahead of b and c
+    semantic = scored(("b", 0.62), ("c", 0.61), ("a", 0.40))
+    fused = score_fuse({"semantic": semantic, "keyword": keyword}, {"keyword": 1.0, "semantic": 0.5})
+    by_id = {c.row.external_id: c for c in fused}
+    assert [c.row.external_id for c in fused] == ["a", "b", "c"]
+    assert by_id["a"].rrf_score == pytest.approx(1.0 + 0.0)
+    assert by_id["b"].rrf_score == pytest.approx(0.01 / 0.26 + 0.5)
+    assert by_id["c"].rrf_score == pytest.approx(0.0 + 0.5 * 0.21 / 0.22)
+    assert by_id["a"].source_ranks == {"semantic_rank": 3, "keyword_rank": 1}
+    assert (by_id["a"].keyword, by_id["a"].semantic) == (0.30, 0.40)
+    assert [c.rrf_rank for c in fused] == [1, 2, 3]
+    # The same lists by ranks (RRF k 5, keyword 1.5) put b first: a's lead is lost.
+    assert rrf_fuse({"semantic": semantic, "keyword": keyword}, k=5, weights={"keyword": 1.5})[0].row.external_id == "b"
+
+
+def test_score_fusion_weight_zero_keeps_the_candidate_and_unnamed_arms_weigh_one() -> None:
+    fused = score_fuse({"semantic": scored(("a", 0.9), ("b", 0.1)), "graph": scored(("g", 2.0))},
+                       {"semantic": 0.0})
+    assert [c.row.external_id for c in fused] == ["g", "a", "b"]
+    assert fused[0].rrf_score == 1.0 and fused[1].rrf_score == 0.0
+    temporal = [Hit(row("t"), 0.5, extras={"temporal_proximity": 0.25})]
+    (cand,) = score_fuse({"temporal": temporal})
+    assert cand.temporal_proximity == 0.25 and cand.source_ranks == {"temporal_rank": 1}
+
+
+def test_fuse_follows_the_fusion_setting() -> None:
+    lists = {"semantic": scored(("a", 0.9), ("b", 0.8)), "keyword": scored(("b", 0.2), ("a", 0.1))}
+    by_score, details = fuse(lists, Settings())
+    assert details == {"fusion": "score", "weights": {"keyword": 1.0, "semantic": 0.5, "graph": 0.3, "temporal": 0.3}}
+    assert [c.row.external_id for c in by_score] == ["b", "a"]
+    by_rank, details = fuse(lists, Settings(recall_fusion="rrf"))
+    assert details == {"fusion": "rrf", "k": 5, "weights": {"keyword": 1.5}}
+    assert [c.rrf_score for c in by_rank] == [c.rrf_score for c in rrf_fuse(lists, 5, {"keyword": 1.5})]
+    with pytest.raises(ValueError):
+        Settings(recall_fusion="borda")
+
+
+def test_bench_ablation_without_semantic_silences_it_in_either_fusion() -> None:
+    from hindsight_recall.bench.locomo import ABLATIONS
+    from hindsight_recall.recall.fusion import parse_score_weights, parse_weights
+
+    update = ABLATIONS["without:semantic"](Settings())
+    assert parse_score_weights(update["recall_score_weights"])["semantic"] == 0.0
+    assert parse_weights(update["recall_rrf_weights"])["semantic"] == 0.0
+    assert parse_score_weights(update["recall_score_weights"])["keyword"] == 1.0  # the others keep theirs

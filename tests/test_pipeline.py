@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 from hindsight_recall import Engine, InvalidRequest
-from hindsight_recall.recall.fusion import add_rank_boosts, interleave, parse_boosts, parse_weights, rrf_fuse
+from hindsight_recall.recall.fusion import (
+    add_rank_boosts,
+    interleave,
+    parse_boosts,
+    parse_score_weights,
+    parse_weights,
+    rrf_fuse,
+)
 from hindsight_recall.store import banks
 from hindsight_recall.types import Candidate, Hit, MemoryRow
 
@@ -37,17 +44,32 @@ def test_parse_weights(caplog: pytest.LogCaptureFixture) -> None:
         assert bad in caplog.text
 
 
-async def test_rrf_weights_are_a_bank_setting_and_reach_the_trace(make_settings: Any, bank: str) -> None:
+def test_score_weights_parse_like_rrf_weights(caplog: pytest.LogCaptureFixture) -> None:
+    assert parse_score_weights("keyword:1,semantic:0.5,graph:0.3,temporal:0.3") == {
+        "keyword": 1.0, "semantic": 0.5, "graph": 0.3, "temporal": 0.3}
+    assert parse_score_weights(" BM25:2 ") == {"keyword": 2.0}
+    with caplog.at_level(logging.WARNING):
+        assert parse_score_weights("semantic:-2,vibes:1") == {}
+    assert "RECALL_SCORE_WEIGHTS" in caplog.text
+
+
+async def test_fusion_and_its_weights_are_bank_settings_and_reach_the_trace(make_settings: Any, bank: str) -> None:
     async with Engine(make_settings()) as engine:
         await engine.retain(bank, [{"id": "a", "text": "Alice hiked."}])
         body = await engine.recall(bank, "Alice", trace=True)
         merge = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rrf_merge")
-        assert merge["details"]["weights"] == {"keyword": 1.5} and merge["details"]["k"] == 5
+        assert merge["details"]["fusion"] == "score"
+        assert merge["details"]["weights"] == {"keyword": 1.0, "semantic": 0.5, "graph": 0.3, "temporal": 0.3}
         async with engine.db.connect() as conn:
-            await banks.set_bank_config(conn, bank, {"recall_rrf_weights": "semantic:2"})
+            await banks.set_bank_config(conn, bank, {"recall_score_weights": "semantic:2"})
+        body = await engine.recall(bank, "Alice", trace=True)
+        merge = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rrf_merge")
+        assert merge["details"]["weights"] == {"semantic": 2.0}
+        async with engine.db.connect() as conn:
+            await banks.set_bank_config(conn, bank, {"recall_fusion": "rrf", "recall_rrf_weights": "semantic:2"})
         body = await engine.recall(bank, "Alice", trace=True)
     merge = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rrf_merge")
-    assert merge["details"]["weights"] == {"semantic": 2.0}
+    assert merge["details"] == {**merge["details"], "fusion": "rrf", "k": 5, "weights": {"semantic": 2.0}}
 
 
 def test_stage_two_boost_decays_with_rank_and_temporal_is_flat() -> None:

@@ -78,6 +78,8 @@ DEFAULTS = {
     "enable_graph_retrieval": True,
     "enable_reranking": True,
     "enable_text_search": True,
+    "recall_fusion": "score",
+    "recall_score_weights": "keyword:1,semantic:0.5,graph:0.3,temporal:0.3",
     "recall_rrf_k": 5,
     "recall_rrf_weights": "keyword:1.5",
     "recall_context_enabled": True,

@@ -27,6 +27,22 @@ ARM = (
     f"WHERE {WHERE} AND search_vector @@ {TSQUERY} AND ts_rank(search_vector, {TSQUERY}) >= :min_score "
     "ORDER BY bm25_score DESC, id LIMIT :limit)"
 )
+IDF_ARM = (
+    "(WITH hits AS MATERIALIZED (SELECT id, text, fact_type, search_vector AS hit_vector, fact_type AS hit_type "
+    f"FROM memory_units WHERE {WHERE} AND search_vector @@ {TSQUERY}), "
+    "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(string_to_array(:query_text, ' | ')) AS t(term) "
+    "CROSS JOIN LATERAL to_tsquery('english'::regconfig, t.term) AS q WHERE numnode(q) > 0), "
+    f"visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units WHERE {WHERE} "
+    "GROUP BY fact_type), "
+    "weights AS MATERIALIZED (SELECT visible.hit_type, terms.q, "
+    "CAST(ln(1 + (visible.n - d.df + 0.5) / (d.df + 0.5)) AS float8) AS w "
+    "FROM terms CROSS JOIN visible CROSS JOIN LATERAL (SELECT count(*) AS df FROM hits "
+    "WHERE hits.hit_type = visible.hit_type AND hits.hit_vector @@ terms.q) AS d), "
+    "scored AS MATERIALIZED (SELECT hits.*, (SELECT sum(w * ts_rank(hits.hit_vector, q)) / count(*) "
+    "FROM weights WHERE weights.hit_type = hits.hit_type) AS bm25_score FROM hits) "
+    "SELECT id, text, fact_type, bm25_score FROM scored WHERE bm25_score >= :min_score "
+    "ORDER BY bm25_score DESC, id LIMIT :limit)"
+)
 TERM_FREQUENCIES = """
 WITH stats AS (
     SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs
@@ -56,6 +72,8 @@ def statements(b: NativeBackend) -> list[str]:
         f"INSERT INTO memory_units (id, search_vector) "
         f"SELECT id, {b.write_expression('document')} FROM stage_units",
         b.arm_sql(columns=COLUMNS, where=WHERE),
+        NativeBackend(Settings(), NativeSettings(language=b.language, idf=not b.config.idf)).arm_sql(
+            columns=COLUMNS, where=WHERE),
         " UNION ALL ".join(
             b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
         ),
@@ -83,7 +101,8 @@ def test_golden_statements() -> None:
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units USING gin (search_vector)",
     )
     assert b.write_expression("document") == "to_tsvector('english'::regconfig, document)"
-    assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
+    assert b.arm_sql(columns=COLUMNS, where=WHERE) == IDF_ARM
+    assert NativeBackend(Settings(), NativeSettings(idf=False)).arm_sql(columns=COLUMNS, where=WHERE) == ARM
     assert native._TERM_FREQUENCIES == TERM_FREQUENCIES
 
 
@@ -234,8 +253,19 @@ async def test_zero_cap_is_unlimited() -> None:
 
 
 def test_reference_ranking_function_is_available() -> None:
-    b = NativeBackend(None, NativeSettings(rank="ts_rank_cd"))
+    b = NativeBackend(None, NativeSettings(rank="ts_rank_cd", idf=False))
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM.replace("ts_rank(", "ts_rank_cd(")
     parse_statement(b.arm_sql(columns=COLUMNS, where=WHERE))
+    weighted = NativeBackend(None, NativeSettings(rank="ts_rank_cd")).arm_sql(columns=COLUMNS, where=WHERE)
+    assert weighted == IDF_ARM.replace("ts_rank(", "ts_rank_cd(")
+    parse_statement(weighted)
+
+
+def test_idf_weighting_is_on_by_default_and_binds_only_the_query_text() -> None:
+    assert NativeSettings().idf is True
+    sql = backend().arm_sql(columns=COLUMNS, where=WHERE)
+    # the terms come from the bound query text; nothing of the query is inlined
+    assert ":query_text" in sql and "'alice'" not in sql
+    assert sql.count(f"WHERE {WHERE}") == 2  # matches and the count N see the same bank, type and filter
     with pytest.raises(ValidationError):
         NativeSettings(rank="bm25")

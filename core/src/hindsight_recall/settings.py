@@ -43,6 +43,9 @@ class BankSettings(BaseModel):
     enable_graph_retrieval: bool = True
     enable_reranking: bool = True
     enable_text_search: bool = True
+    # Fusion of the arms' lists (recall/fusion.py): by min-max scaled scores, or by ranks (RRF).
+    recall_fusion: Literal["score", "rrf"] = "score"
+    recall_score_weights: str = "keyword:1,semantic:0.5,graph:0.3,temporal:0.3"
     recall_rrf_k: int = Field(5, ge=1)
     recall_rrf_weights: str = "keyword:1.5"
     # The context stage (recall/context.py): neighbours in a memory's document lift it.

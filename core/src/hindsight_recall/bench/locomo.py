@@ -20,7 +20,8 @@ ALL_KS = (5, 10)
 ABLATIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "untraced": lambda s: {},  # the default again, without the trace: the latency users see
     "without:context": lambda s: {"recall_context_enabled": False},
-    "without:semantic": lambda s: {"recall_rrf_weights": f"{s.recall_rrf_weights},semantic:0"},
+    "without:semantic": lambda s: {"recall_rrf_weights": f"{s.recall_rrf_weights},semantic:0",
+                                   "recall_score_weights": f"{s.recall_score_weights},semantic:0"},
     "without:keyword": lambda s: {"enable_text_search": False},
     "without:graph": lambda s: {"enable_graph_retrieval": False},
     "without:temporal": lambda s: {"enable_temporal_retrieval": False},

@@ -1,11 +1,11 @@
-"""Per-arm ordering, reciprocal rank fusion and the pre-rerank cap."""
+"""Per-arm ordering, fusion of the arms' lists (by scores or by ranks) and the pre-rerank cap."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..types import ArmResult, Candidate, Hit
 
@@ -74,6 +74,15 @@ def parse_weights(raw: str) -> dict[str, float]:
     return _parse_arm_values(raw, "RECALL_RRF_WEIGHTS", _weight, "write arm:weight with a weight >= 0")
 
 
+@functools.cache
+def parse_score_weights(raw: str) -> dict[str, float]:
+    """Parse ``RECALL_SCORE_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
+
+    :param raw: e.g. ``"keyword:1, semantic:0.5"``; arms not named weigh 1.
+    """
+    return _parse_arm_values(raw, "RECALL_SCORE_WEIGHTS", _weight, "write arm:weight with a weight >= 0")
+
+
 def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str, list[Hit]]:
     """Concatenate each arm's hits over fact types and order them by score (stable)."""
     lists: dict[str, list[Hit]] = {}
@@ -87,6 +96,74 @@ def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str
     return dict(sorted(((a, h) for a, h in lists.items() if h), key=lambda kv: order.get(kv[0], len(order))))
 
 
+def fuse(lists: Mapping[str, Sequence[Hit]], config: Any) -> tuple[list[Candidate], dict[str, Any]]:
+    """Fuse the arms' lists as ``RECALL_FUSION`` says; the candidates, best first, and trace details.
+
+    :param lists: each arm's hits, best first (:func:`arm_lists`).
+    :param config: the recall's settings (``recall_fusion``, its weights, ``recall_rrf_k``).
+    """
+    if config.recall_fusion == "score":
+        weights = parse_score_weights(config.recall_score_weights)
+        return score_fuse(lists, weights), {"fusion": "score", "weights": weights or None}
+    weights = parse_weights(config.recall_rrf_weights)
+    return rrf_fuse(lists, config.recall_rrf_k, weights), {"fusion": "rrf", "k": config.recall_rrf_k,
+                                                           "weights": weights or None}
+
+
+def min_max(scores: Sequence[float]) -> list[float]:
+    """Scale scores to [0, 1] within their list: the best is 1, the weakest 0 (all 1 when all equal).
+
+    :param scores: one arm's scores.
+    """
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high <= low:
+        return [1.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
+
+def score_fuse(lists: Mapping[str, Sequence[Hit]], weights: Mapping[str, float] | None = None) -> list[Candidate]:
+    """Fuse by scores: ``Σ w_arm × s``, ``s`` the arm's score min-max scaled within its list.
+
+    Ranks throw away how far an arm's first hit stands above its second; scaled scores keep it.
+    Min-max makes each arm's scale and offset irrelevant (a cosine floor, ``ts_rank``'s tiny
+    values), so only the weights say how much an arm counts. Ties keep first-seen order.
+    """
+    fused: dict[object, Candidate] = {}
+    for arm, hits in lists.items():
+        weight = (weights or {}).get(arm, 1.0)
+        for rank, (hit, scaled) in enumerate(zip(hits, min_max([h.score for h in hits]), strict=True), start=1):
+            cand = _credit(fused, arm, rank, hit)
+            if cand is not None:
+                cand.rrf_score += weight * scaled
+    return _ranked(fused)
+
+
+def _credit(fused: dict[object, Candidate], arm: str, rank: int, hit: Hit) -> Candidate | None:
+    """The hit's candidate with the arm's rank and raw score recorded; ``None`` if the arm listed it already."""
+    cand = fused.get(hit.row.id)
+    if cand is None:
+        cand = fused[hit.row.id] = Candidate(row=hit.row, rrf_score=0.0)
+    if f"{arm}_rank" in cand.source_ranks:
+        return None  # an arm lists a memory once; keep its best rank
+    cand.source_ranks[f"{arm}_rank"] = rank
+    if arm == "semantic":
+        cand.semantic = hit.score
+    elif arm == "keyword":
+        cand.keyword = hit.score
+    if "temporal_proximity" in hit.extras:
+        cand.temporal_proximity = hit.extras["temporal_proximity"]
+    return cand
+
+
+def _ranked(fused: Mapping[object, Candidate]) -> list[Candidate]:
+    ranked = sorted(fused.values(), key=lambda c: -c.rrf_score)
+    for i, cand in enumerate(ranked, start=1):
+        cand.rrf_rank = i
+    return ranked
+
+
 def rrf_fuse(
     lists: Mapping[str, Sequence[Hit]], k: int = RRF_K, weights: Mapping[str, float] | None = None
 ) -> list[Candidate]:
@@ -96,23 +173,10 @@ def rrf_fuse(
     for arm, hits in lists.items():
         weight = (weights or {}).get(arm, 1.0)
         for rank, hit in enumerate(hits, start=1):
-            cand = fused.get(hit.row.id)
-            if cand is None:
-                cand = fused[hit.row.id] = Candidate(row=hit.row, rrf_score=0.0)
-            if f"{arm}_rank" in cand.source_ranks:
-                continue  # an arm lists a memory once; keep its best rank
-            cand.rrf_score += weight / (k + rank)
-            cand.source_ranks[f"{arm}_rank"] = rank
-            if arm == "semantic":
-                cand.semantic = hit.score
-            elif arm == "keyword":
-                cand.keyword = hit.score
-            if "temporal_proximity" in hit.extras:
-                cand.temporal_proximity = hit.extras["temporal_proximity"]
-    ranked = sorted(fused.values(), key=lambda c: -c.rrf_score)
-    for i, cand in enumerate(ranked, start=1):
-        cand.rrf_rank = i
-    return ranked
+            cand = _credit(fused, arm, rank, hit)
+            if cand is not None:
+                cand.rrf_score += weight / (k + rank)
+    return _ranked(fused)
 
 
 def boosted_key(

@@ -25,10 +25,10 @@ from .fusion import (
     add_rank_boosts,
     arm_lists,
     cap_candidates,
+    fuse,
     interleave,
     parse_boosts,
     parse_weights,
-    rrf_fuse,
 )
 from .packing import pack
 from .request import RecallRequest
@@ -130,8 +130,8 @@ async def _recall(
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
         weights = parse_weights(config.recall_rrf_weights)
-        candidates = rrf_fuse(lists, config.recall_rrf_k, weights)
-        details.update(candidates=len(candidates), k=config.recall_rrf_k, weights=weights or None)
+        candidates, fused = fuse(lists, config)
+        details.update(candidates=len(candidates), **fused)
     with trace.phase("context") as details:
         candidates, found = await apply_context(ctx, candidates)
         details.update(found)
