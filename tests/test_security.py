@@ -143,6 +143,7 @@ async def test_bank_names_survive_standard_conforming_strings_off(engine: Engine
                                                                   make_settings: Callable[..., Settings]) -> None:
     if not engine.db.embedded:
         pytest.skip("needs the embedded test server")
+    await engine.db.recover()  # this test connects on its own: make sure the shared server is up
     url = make_url(engine.db.url)
     with psycopg.connect(url.set(database="postgres").render_as_string(hide_password=False), autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'scs_off'").fetchone():
