@@ -64,7 +64,7 @@ def lint(session: nox.Session) -> None:
 #: One matrix entry per text-search extension, in the order of docs/backends.md.
 #: Live tests of the extensions the embedded server hosts: ``tests(all)`` runs them there, so the
 #: extension's own session runs them only against a server it is given.
-EMBEDDED_LIVE = {"native": ("test_suite.py", "test_language.py")}
+EMBEDDED_LIVE = {"native": ("test_suite.py", "test_language.py", "test_idf.py")}
 EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga", "pg_search")
 SUITE = "all"
 
