@@ -58,19 +58,9 @@ class Engine:
         names = {field: getattr(obj, "name", None) for field, obj in chosen.items() if obj is not None}
         self.settings = s = s.model_copy(update=names) if names else s
         self.plugins = plugins or get_plugin_manager()
-        self.text_search: TextSearchBackend = (
-            adopt("text_search", text_search) if text_search is not None
-            else self.plugins.create("text_search", s.text_search_extension, s)
-        )
-        self.embedder: EmbeddingProvider = (
-            adopt("embeddings", embedder) if embedder is not None
-            else self.plugins.create("embeddings", s.embeddings_provider, s)
-        )
-        self.rerank = RerankStage(
-            adopt("reranker", reranker) if reranker is not None
-            else self.plugins.create("reranker", s.reranker_provider, s),
-            s,
-        )
+        self.text_search: TextSearchBackend = self._plugin("text_search", text_search, s.text_search_extension)
+        self.embedder: EmbeddingProvider = self._plugin("embeddings", embedder, s.embeddings_provider)
+        self.rerank = RerankStage(self._plugin("reranker", reranker, s.reranker_provider), s)
         self.retrievers: list[Retriever] = [cls(s) for cls in self.plugins.all("retriever")]
         self._budget_functions = {
             name: self.plugins.get("budget_function", name) for name in self.plugins.names("budget_function")
@@ -82,6 +72,10 @@ class Engine:
         self.db = Database(s, self.text_search.session_statements())
         self._recalls = asyncio.Semaphore(s.recall_max_concurrent)
         self._ingestor = Ingestor(self.db, self.embedder, self.text_search, s)
+
+    def _plugin(self, kind: str, given: Any, name: str) -> Any:
+        """The instance given in code, checked; else the plugin the settings name, built from them."""
+        return adopt(kind, given) if given is not None else self.plugins.create(kind, name, self.settings)
 
     def budget_function(self, config: Settings) -> BudgetFunction:
         """The bank's budget function; unknown names fall back to ``fixed`` (soft-invalid)."""

@@ -149,7 +149,7 @@ async def _recall(
 
     with trace.phase("reranking") as details:
         passthrough = req.reranking != "cross_encoder" or not config.enable_reranking
-        if not passthrough and not getattr(engine.rerank.reranker, "passthrough", False):
+        if not passthrough and not engine.rerank.reranker.passthrough:
             async with ctx.db.connect() as conn:  # the reranker reads each candidate's text
                 await complete(conn, req.bank_id, candidates)
         rerank_details = await engine.rerank.run(req.query, candidates, req.bank_id, passthrough)
