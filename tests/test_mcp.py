@@ -321,16 +321,3 @@ async def test_streamable_http_mounted_in_a_host_app(engine: Engine, mcp_bank: s
                                       json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             assert rebound.status_code in (400, 403, 421)
 
-
-def test_help_does_not_import_the_mcp_sdk() -> None:
-    script = (
-        "import sys\n"
-        "from hindsight_recall.cli import main\n"
-        "for args in (['--help'], ['mcp', '--help']):\n"
-        "    main(args, standalone_mode=False)\n"
-        "print('mcp' in sys.modules, file=sys.stderr)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "False"
-    assert "MCP tools over stdin/stdout" in result.stdout
