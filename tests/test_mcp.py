@@ -19,7 +19,7 @@ import uvicorn
 from hindsight_recall import Engine
 from hindsight_recall.service.mcp import McpHttpApp, mcp_app
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -255,11 +255,17 @@ def test_stdout_carries_only_the_protocol(data_dir: Path) -> None:
 async def test_database_password_never_reaches_the_client(tmp_path: Path) -> None:
     url = "postgresql://hr:s3cret-pw@127.0.0.1:9/nothing?connect_timeout=2"
     env = server_env(tmp_path / "unused", HINDSIGHT_API_DATABASE_URL=url)
-    async with Client(StdioServerParameters(command=COMMAND, args=["mcp"], env=env), read_timeout_seconds=300) as c:
-        assert {t.name for t in (await c.list_tools()).tools} == TOOLS  # the handshake does not wait for the DB
-        for _ in range(2):  # every call reports the failed open, not only the first
-            message = error(await c.call_tool("list_banks", {}))
-            assert "s3cret-pw" not in message and "database" in message.lower()
+    log = tmp_path / "stderr.log"
+    with log.open("w") as errlog:
+        transport = stdio_client(StdioServerParameters(command=COMMAND, args=["mcp"], env=env), errlog=errlog)
+        async with Client(transport, read_timeout_seconds=300) as client:
+            # the handshake does not wait for the database
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            for _ in range(2):  # every call reports the failed open, not only the first
+                message = error(await client.call_tool("list_banks", {}))
+                assert "s3cret-pw" not in message and "database" in message.lower()
+    logged = log.read_text()
+    assert "the engine did not open" in logged and "s3cret-pw" not in logged and "Traceback" not in logged
 
 
 # --- streamable HTTP ---------------------------------------------------------------------------------------------
@@ -293,10 +299,16 @@ async def exercise(url: str, bank: str) -> None:
 
 
 async def test_streamable_http_on_its_own(engine: Engine, mcp_bank: str) -> None:
-    app = mcp_app(engine)
+    app = mcp_app(engine, max_request_bytes=64 * 1024)
     assert isinstance(app, McpHttpApp)
     async with served(app) as base:
         await exercise(base + "/mcp", mcp_bank)
+        big = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "retain", "arguments": {
+            "bank_id": mcp_bank, "memories": [{"content": "x" * 100_000}]}}}
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(base + "/mcp", json=big,
+                                      headers={"Accept": "application/json, text/event-stream"})
+        assert refused.status_code == 413
 
 
 async def test_streamable_http_mounted_in_a_host_app(engine: Engine, mcp_bank: str) -> None:

@@ -35,6 +35,7 @@ Two ways to serve it:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -48,6 +49,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
@@ -152,32 +154,38 @@ class _EngineSlot:
 
     def __init__(self, engine: Engine, owned: bool) -> None:
         self.engine, self.owned = engine, owned
-        self._opening: Any = None
+        self._opening: asyncio.Future[Engine] | None = None
 
     @asynccontextmanager
     async def lifespan(self, _server: MCPServer[Any]) -> AsyncIterator[None]:
         if not self.owned:
             yield
             return
-        import asyncio
-
-        self._opening = asyncio.ensure_future(self.engine.open())
+        self._opening = opening = asyncio.ensure_future(self.engine.open())
+        opening.add_done_callback(_log_failure)
         try:
             yield
         finally:
-            if not self._opening.done():
-                self._opening.cancel()
-            with suppress(BaseException):
-                await self._opening
+            opening.cancel()
+            with suppress(Exception, asyncio.CancelledError):
+                await opening
             await self.engine.close()
 
     async def get(self) -> Engine:
         if self._opening is not None:
-            import asyncio
-
             # shielded: a cancelled tool call must not cancel the opening the other calls wait for
             await asyncio.shield(self._opening)
         return self.engine
+
+
+def _log_failure(opening: asyncio.Future[Engine]) -> None:
+    """Say on stderr why the engine did not open (every tool call answers with the same message)."""
+    error = None if opening.cancelled() else opening.exception()
+    if error is not None:
+        from ..cli import describe_error
+        from ..settings import redact
+
+        log.error("the engine did not open: %s", describe_error(error) or redact(f"{type(error).__name__}: {error}"))
 
 
 def build_server(engine: Engine, *, owned: bool = False) -> MCPServer[Any]:
@@ -279,10 +287,11 @@ class McpHttpApp:
     A host app that mounts it runs :meth:`running` in its own lifespan (see the module docstring).
     """
 
-    def __init__(self, server: MCPServer[Any], host: str) -> None:
+    def __init__(self, server: MCPServer[Any], host: str, max_request_bytes: int) -> None:
         # The SDK's app builds the session manager, with DNS-rebinding protection when host is a loopback
         # address; only its lifespan and its handler are used, so no path of its own routing applies.
-        self._standalone = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+        self._standalone = server.streamable_http_app(stateless_http=True, json_response=True, host=host,
+                                                      max_request_body_size=max_request_bytes)
         self._handler = StreamableHTTPASGIApp(server.session_manager)
         self._manager = server.session_manager
 
@@ -297,14 +306,16 @@ class McpHttpApp:
             await self._handler(scope, receive, send)
 
 
-def mcp_app(engine: Engine, *, host: str = "127.0.0.1") -> McpHttpApp:
+def mcp_app(engine: Engine, *, host: str = "127.0.0.1",
+            max_request_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> McpHttpApp:
     """The MCP tools over ``engine`` as an ASGI app for streamable HTTP; the host opens and closes the engine.
 
     :param engine: the engine, opened by the host (in its lifespan) before the first request.
     :param host: the address the host binds; for a loopback address, requests whose Host or Origin
         header names another host are refused (DNS-rebinding protection).
+    :param max_request_bytes: a larger request body is refused with 413 (the SDK's default: 4 MiB).
     """
-    return McpHttpApp(build_server(engine), host)
+    return McpHttpApp(build_server(engine), host, max_request_bytes)
 
 
 async def serve_stdio(engine: Engine) -> None:
