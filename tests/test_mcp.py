@@ -215,6 +215,13 @@ async def test_unknown_bank_stats_is_a_tool_error(stdio: Client) -> None:
     assert "bank 'nope-nope' does not exist" in error(await stdio.call_tool("bank_stats", {"bank_id": "nope-nope"}))
 
 
+async def test_unknown_arguments_are_refused_by_every_tool(stdio: Client) -> None:
+    assert "verbose: unknown argument of list_banks (known: none)" in error(
+        await stdio.call_tool("list_banks", {"verbose": True}))
+    assert "colour: unknown argument of bank_stats" in error(
+        await stdio.call_tool("bank_stats", {"bank_id": "b", "colour": "red"}))
+
+
 async def test_banks_do_not_leak_into_each_other(stdio: Client, mcp_bank: str) -> None:
     other = mcp_bank + "-other"
     body(await stdio.call_tool("retain", {"bank_id": mcp_bank, "memories": PRIYA[:1]}))

@@ -274,7 +274,7 @@ def _refuse_unknown_arguments(known: Mapping[str, frozenset[str]]) -> ServerMidd
         if ctx.method == "tools/call" and isinstance(arguments, Mapping) and isinstance(name, str) and name in known:
             unknown = sorted(set(arguments) - known[name])
             if unknown:
-                why = f"{unknown[0]}: unknown argument of {name} (known: {', '.join(sorted(known[name]))})"
+                why = f"{unknown[0]}: unknown argument of {name} (known: {', '.join(sorted(known[name])) or 'none'})"
                 return CallToolResult(content=[TextContent(type="text", text=why)], is_error=True)
         return await call_next(ctx)
 
