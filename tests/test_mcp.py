@@ -259,6 +259,13 @@ def test_stdout_carries_only_the_protocol(data_dir: Path) -> None:
     assert lines[1]["result"]["isError"] is False
 
 
+def test_invalid_settings_stop_the_server_before_it_serves(tmp_path: Path) -> None:
+    env = server_env(tmp_path / "unused", HINDSIGHT_API_SEMANTIC_MIN_SIMILARITY="7")
+    result = subprocess.run([COMMAND, "mcp"], input="", capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "HINDSIGHT_API_SEMANTIC_MIN_SIMILARITY" in result.stderr and "Traceback" not in result.stderr
+
+
 async def test_database_password_never_reaches_the_client(tmp_path: Path) -> None:
     url = "postgresql://hr:s3cret-pw@127.0.0.1:9/nothing?connect_timeout=2"
     env = server_env(tmp_path / "unused", HINDSIGHT_API_DATABASE_URL=url)
