@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 from hindsight_recall import Engine
 from hindsight_recall.service.mcp import McpHttpApp, mcp_app
+from hindsight_recall.settings import Settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult
@@ -325,12 +326,14 @@ async def test_streamable_http_on_its_own(engine: Engine, mcp_bank: str) -> None
         assert refused.status_code == 413
 
 
-async def test_streamable_http_mounted_in_a_host_app(engine: Engine, mcp_bank: str) -> None:
+async def test_streamable_http_mounted_in_a_host_app(make_settings: Callable[..., Settings], mcp_bank: str) -> None:
+    # As docs/service.md shows it: the app is built over an engine the host's lifespan opens later.
+    engine = Engine(make_settings())
     mcp = mcp_app(engine)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        async with mcp.running():  # the host's engine is already open (the fixture); the sessions run here
+        async with engine, mcp.running():
             yield
 
     async def other(_request: Any) -> PlainTextResponse:
