@@ -135,7 +135,8 @@ def test_prepare_document_keeps_the_text() -> None:
 )
 async def test_prepare_query(tokens: list[str], expected: str) -> None:
     b = PgroongaBackend(Settings())
-    assert await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION) == expected
+    query = await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION)
+    assert query is not None and query.text == expected and query.terms == tuple(expected.split(" OR "))
 
 
 @pytest.mark.parametrize("tokens", [[], [""], ["&", "()", "\x00"]])
