@@ -130,13 +130,14 @@ async def _recall(
 
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
-        weights = parse_weights(config.recall_rrf_weights)
-        candidates, fused = fuse(lists, config)
+        arms = tuple(arm.name for arm in engine.retrievers)
+        weights = parse_weights(config.recall_rrf_weights, arms)
+        candidates, fused = fuse(lists, config, arms)
         details.update(candidates=len(candidates), **fused)
     with trace.phase("context") as details:
         candidates, found = await apply_context(ctx, candidates)
         details.update(found)
-    boosts = parse_boosts(config.recall_strategy_boosts)
+    boosts = parse_boosts(config.recall_strategy_boosts, arms)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
         candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
