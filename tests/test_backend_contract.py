@@ -69,9 +69,9 @@ def settings(tmp_path: Path) -> Any:
 def test_install_statements_run_at_every_start(tmp_path: Path, hr_run: Run) -> None:
     """A new release of a backend's function reaches a database the old release set up."""
     async def start(version: int) -> int:
-        async with Engine(settings(tmp_path), text_search=VersionedBackend(version)) as engine:
-            async with engine.db.connect() as conn:
-                return int(await conn.scalar(text("SELECT versioned_release()")))
+        async with Engine(settings(tmp_path), text_search=VersionedBackend(version)) as engine, \
+                engine.db.connect() as conn:
+            return int(await conn.scalar(text("SELECT versioned_release()")))
 
     assert hr_run(start(1)) == 1
     assert hr_run(start(2)) == 2
