@@ -91,10 +91,12 @@ class NativeBackend:
         """Read the options; nothing touches the database here.
 
         :param settings: core settings (``BM25_*`` query options).
-        :param config: this backend's settings; when omitted, ``settings.plugins['native']`` and then the
+        :param config: this backend's settings; when omitted, ``settings.plugins["text_search"]["native"]`` and then the
             ``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_*`` variables.
         """
-        self.config = config if config is not None else plugin_settings(NativeSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(NativeSettings, self.name, settings, kind="text_search")
+        )
         self.language = self.config.language
         self.max_terms = settings.bm25_max_query_terms if settings else 16
         self.selective = settings.bm25_selective_terms if settings else True

@@ -127,11 +127,14 @@ class PgSearchBackend(ExtensionBackend):
         """Read the options; nothing touches the database here.
 
         :param settings: core settings (``BM25_MAX_QUERY_TERMS``).
-        :param config: this backend's settings; when omitted, ``settings.plugins['pg_search']`` and then the
+        :param config: this backend's settings; when omitted,
+            ``settings.plugins["text_search"]["pg_search"]`` and then the
             ``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_*`` variables.
         """
         super().__init__(settings)
-        self.config = config if config is not None else plugin_settings(PgSearchSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(PgSearchSettings, self.name, settings, kind="text_search")
+        )
         self.tokenizer = self.config.tokenizer
         self.supports_cjk = handles_cjk(self.tokenizer)
         self.max_terms = settings.bm25_max_query_terms if settings else 16

@@ -24,7 +24,7 @@ QUERY = "alice today pottery"
 
 def _settings(tmp_path: Path, **native: Any) -> Any:
     return load_settings(database_url=None, embedded_data_dir=tmp_path / "data", text_search_extension="native",
-                         reranker_provider="rrf", plugins={"native": native})
+                         reranker_provider="rrf", plugins={"text_search": {"native": native}})
 
 
 def test_rare_terms_lead_and_document_frequency_stays_in_the_bank(

@@ -149,13 +149,13 @@ def test_invalid_tokenizer_is_rejected_naming_the_variable(value: str) -> None:
 
 
 def test_invalid_tokenizer_is_a_startup_error() -> None:
-    settings = Settings(plugins={"pg_search": {"tokenizer": "ngram(3,2)"}})
+    settings = Settings(plugins={"text_search": {"pg_search": {"tokenizer": "ngram(3,2)"}}})
     with pytest.raises(ConfigError, match=rf"{VARIABLE}: Value error, {VARIABLE}='ngram\(3,2\)' is not a ParadeDB"):
         PgSearchBackend(settings)
 
 
 def test_tokenizer_is_read_from_settings_in_code() -> None:
-    settings = Settings(plugins={"pg_search": {"tokenizer": " Japanese_Lindera "}})
+    settings = Settings(plugins={"text_search": {"pg_search": {"tokenizer": " Japanese_Lindera "}}})
     assert PgSearchBackend(settings).tokenizer == "lindera(japanese)"
 
 

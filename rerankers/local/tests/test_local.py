@@ -291,7 +291,7 @@ async def test_a_missing_model_directory_is_named(tmp_path: Path) -> None:
 
 
 def test_settings_given_in_code(tiny_model: Path) -> None:
-    reranker = LocalReranker(Settings(plugins={"local": {"model": str(tiny_model), "batch_size": 3}}))
+    reranker = LocalReranker(Settings(plugins={"reranker": {"local": {"model": str(tiny_model), "batch_size": 3}}}))
     assert (reranker.config.model, reranker.config.batch_size) == (str(tiny_model), 3)
     config = LocalSettings(model=str(tiny_model), fp16=True)
-    assert LocalReranker(Settings(plugins={"local": config})).config is config
+    assert LocalReranker(Settings(plugins={"reranker": {"local": config}})).config is config
