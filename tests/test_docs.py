@@ -198,3 +198,30 @@ def test_readme_library_example_runs(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("job ") and "Alice works at Helios Robotics." in result.stdout
+
+
+def documented_members(protocol: str) -> tuple[set[str], set[str]]:
+    """The required and optional members docs/plugins.md lists in the tables under ``### <protocol>``."""
+    text = (DOCS / "plugins.md").read_text()
+    section = text.split(f"\n### {protocol}\n", 1)[1].split("\n### ", 1)[0]
+    required: set[str] = set()
+    optional: set[str] = set()
+    target = required
+    for line in section.splitlines():
+        if line.startswith("| member") or line.startswith("| optional member"):
+            target = optional if line.startswith("| optional member") else required
+        elif line.startswith("| `"):
+            cell = line.split("`")[1]
+            target.add(re.match(r"(?:async )?(\w+)", cell).group(1))  # type: ignore[union-attr]
+    return required, optional
+
+
+@pytest.mark.parametrize("name", ["TextSearchBackend", "Reranker", "Retriever", "BudgetFunction", "EmbeddingProvider"])
+def test_the_plugin_reference_lists_each_protocol_member(name: str) -> None:
+    """docs/plugins.md names every member of each protocol, marked optional exactly when it has a default."""
+    from hindsight_recall import protocols
+
+    protocol = getattr(protocols, name)
+    optional = set(protocols.optional_members(protocol))
+    required = set(protocols.members(protocol)) - optional
+    assert documented_members(name) == (required, optional)

@@ -344,7 +344,7 @@ def optional_members(protocol: type) -> dict[str, Any]:
     :param protocol: one of the protocol classes above.
     """
     defaults: dict[str, Any] = {}
-    for name in _members(protocol):
+    for name in members(protocol):
         value = protocol.__dict__.get(name, _NO_DEFAULT)
         if inspect.isfunction(value) and not getattr(value, "__optional__", False):
             continue  # a required method: its body is only ``...``
@@ -360,7 +360,7 @@ def missing_members(obj: Any, protocol: type) -> list[str]:
     :param protocol: the protocol it should satisfy.
     """
     optional = optional_members(protocol)
-    return sorted(name for name in _members(protocol) if name not in optional and not hasattr(obj, name))
+    return sorted(name for name in members(protocol) if name not in optional and not hasattr(obj, name))
 
 
 def sync_members(obj: Any, protocol: type) -> list[str]:
@@ -396,7 +396,11 @@ def apply_defaults(obj: Any, protocol: type) -> list[str]:
 _NO_DEFAULT = object()
 
 
-def _members(protocol: type) -> list[str]:
+def members(protocol: type) -> list[str]:
+    """Every member a protocol declares, attributes first, in declaration order.
+
+    :param protocol: one of the protocol classes above.
+    """
     annotated = list(protocol.__dict__.get("__annotations__", {}))
     methods = [n for n, v in protocol.__dict__.items() if inspect.isfunction(v) and not n.startswith("_")]
     return list(dict.fromkeys(annotated + methods))
