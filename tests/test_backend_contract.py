@@ -95,7 +95,7 @@ def test_own_parameters_and_terms_are_bound(tmp_path: Path, hr_run: Run) -> None
     assert [r["score"] for r in keyword] == [2.0, 1.0]
 
 
-@pytest.mark.parametrize("params", [{"config": "simple"}, {"bank_id": "other"}, {"versioned-x": 1}])
-def test_parameters_must_carry_the_backend_name(tmp_path: Path, params: dict[str, Any]) -> None:
-    with pytest.raises(ConfigError, match="must be named versioned_<option>"):
+@pytest.mark.parametrize("params", [{"bank_id": "b"}, {"query_text": "x"}, {"filter_tags": []}, {"versioned-x": 1}])
+def test_parameters_must_stay_apart_from_cores(tmp_path: Path, params: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="collides with core's parameters .* name it versioned_<option>"):
         Engine(settings(tmp_path), text_search=VersionedBackend(1, params))

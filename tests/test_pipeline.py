@@ -135,7 +135,8 @@ async def test_a_strategy_boost_raises_exactly_the_boosted_arms_hits(make_settin
     ]
 
     async def finals(boosts: str) -> tuple[dict[str, float], dict[str, Any]]:
-        async with Engine(make_settings(recall_strategy_boosts=boosts, semantic_min_similarity=0), reranker=EvenReranker()) as engine:
+        settings = make_settings(recall_strategy_boosts=boosts, semantic_min_similarity=0)
+        async with Engine(settings, reranker=EvenReranker()) as engine:
             await engine.retain(bank, memories)
             body = await engine.recall(bank, "zyxwv door code", trace=True)
         prefilter = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rerank_prefilter")

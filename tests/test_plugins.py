@@ -251,11 +251,15 @@ def test_a_rejection_names_every_missing_member() -> None:
 
 
 def test_optional_members_get_their_documented_defaults() -> None:
-    from hindsight_recall.protocols import Reranker, TextSearchBackend, optional_members
+    from hindsight_recall.protocols import Reranker, Retriever, TextSearchBackend, optional_members
 
-    assert optional_members(TextSearchBackend) == {"ranks_every_match": False, "writes_search_vector": True,
-                                                   "runs_on_embedded_server": False, "extensions": ()}
+    defaults = optional_members(TextSearchBackend)
+    assert set(defaults) == {"ranks_every_match", "writes_search_vector", "runs_on_embedded_server", "extensions",
+                             "parameters"}
+    assert [defaults[k] for k in ("ranks_every_match", "writes_search_vector", "runs_on_embedded_server",
+                                  "extensions")] == [False, True, False, ()]
     assert set(optional_members(Reranker)) == {"passthrough", "start", "close"}
+    assert set(optional_members(Retriever)) == {"needs_embedding", "statement"}
 
     class Plugin:
         @hookimpl
@@ -272,6 +276,7 @@ def test_optional_members_get_their_documented_defaults() -> None:
     assert (backend.ranks_every_match, backend.writes_search_vector, backend.runs_on_embedded_server,
             backend.extensions) == (False, True, False, ())
     assert isinstance(backend, __import__("hindsight_recall.protocols").protocols.TextSearchBackend)
+    assert backend.parameters() == {}
     reranker = manager.get("reranker", "by_length")()
     assert isinstance(reranker, Reranker)
 

@@ -222,9 +222,10 @@ class TextSearchBackend(Protocol):
         """Optional. The backend's own bound parameters (e.g. a text-search configuration).
 
         Core binds them in every statement holding the backend's :meth:`arm_sql` or
-        :meth:`write_expression`, so options reach SQL as values, never as SQL text. Each name
-        starts with the backend's name and ``_`` (``native_language``), apart from core's names.
-        The default binds none.
+        :meth:`write_expression`, so options reach SQL as values, never as SQL text. Names must
+        not be core's (``bank_id``, ``query_text``, ``query_terms``, ``min_score``, ``limit``,
+        ``per_type``, ``filter_*``); the backend's name as a prefix (``native_language``) keeps
+        them apart from names core may add. The default binds none.
         """
         return {}
 

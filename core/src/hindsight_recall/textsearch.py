@@ -98,19 +98,24 @@ def keyword_query(prepared: KeywordQuery | str | None) -> KeywordQuery | None:
     return KeywordQuery(prepared) if isinstance(prepared, str) else prepared
 
 
+#: Parameter names core binds next to a backend's SQL (tag filters add ``filter_*``).
+CORE_PARAMETERS = frozenset({"bank_id", "query_text", "query_terms", "min_score", "limit", "per_type"})
+
+
 def backend_parameters(backend: TextSearchBackend) -> dict[str, Any]:
     """The backend's own bound parameters, checked to be named apart from core's.
 
     :param backend: the selected text-search backend.
-    :raises ConfigError: for a name that does not start with the backend's name and ``_``.
+    :raises ConfigError: for a name core binds itself, or one that is not an identifier.
     """
     params = dict(backend.parameters())
-    prefix = f"{backend.name}_"
-    wrong = sorted(name for name in params if not name.startswith(prefix) or not name.isidentifier())
+    wrong = sorted(name for name in params
+                   if name in CORE_PARAMETERS or name.startswith("filter_") or not name.isidentifier())
     if wrong:
         raise ConfigError(
-            f"text-search backend {backend.name!r}: parameter {wrong[0]!r} must be named {prefix}<option> "
-            "(a Python identifier), so that it cannot collide with the parameters core binds"
+            f"text-search backend {backend.name!r}: parameter {wrong[0]!r} collides with core's parameters "
+            f"({', '.join(sorted(CORE_PARAMETERS))}, filter_*) or is not an identifier; name it "
+            f"{backend.name}_<option>"
         )
     return params
 
