@@ -225,3 +225,16 @@ def test_the_plugin_reference_lists_each_protocol_member(name: str) -> None:
     optional = set(protocols.optional_members(protocol))
     required = set(protocols.members(protocol)) - optional
     assert documented_members(name) == (required, optional)
+
+
+def test_the_reranker_protocol_describes_the_normalisation_core_applies() -> None:
+    """The protocol's docstring and the plugin guide say sigmoid, because normalise is one."""
+    import math
+
+    from hindsight_recall.protocols import Reranker
+    from hindsight_recall.recall.scoring import normalise
+
+    assert normalise([0.0, 4.0]) == pytest.approx([0.5, 1 / (1 + math.exp(-4))])  # not min-max's [0, 1]
+    assert normalise([0.2, 0.9]) == [0.2, 0.9]  # a batch inside [0, 1] is kept
+    for text in (Reranker.score.__doc__ or "", (DOCS / "plugins.md").read_text().split("### Reranker", 1)[1]):
+        assert "sigmoid" in text and "min-max normalis" not in text
