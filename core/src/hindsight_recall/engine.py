@@ -87,8 +87,7 @@ class Engine:
         dimensions = await asyncio.to_thread(self.embedder.dimensions)
         await self.db.open()
         try:
-            async with self.db.connect() as conn:
-                await migrate(conn, dimensions, self.text_search)
+            await migrate(self.db, dimensions, self.text_search)
         except DBAPIError as exc:
             await self.db.close()
             raise DatabaseError(_schema_failure(exc, self.settings.text_search_extension)) from None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -22,6 +23,11 @@ from . import embedded
 #: connection exceptions (class 08), the server shutting down or crashing (57P01-57P03), and
 #: serialization failures and deadlocks (40001, 40P01).
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+#: The advisory-lock key that serialises schema upgrades (and schema creation) across processes; the
+#: key every release has used, so an older release starting at the same moment waits too.
+MIGRATION_LOCK = "hashtext('hindsight_recall.migrate')"
+#: Seconds between attempts to take :data:`MIGRATION_LOCK` while another process upgrades.
+MIGRATION_LOCK_POLL = 0.2
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -124,9 +130,8 @@ class Database:
 
         from ._bincopy import driver_connection
 
-        async with self.connect() as conn:
-            # the migration lock: concurrent first starts would race on the catalog's unique names
-            await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('hindsight_recall.migrate'))")
+        # the migration lock: concurrent first starts would race on the catalog's unique names
+        async with self.migration_lock(), self.connect() as conn:
             raw = await driver_connection(conn)
             # checked first: CREATE ... IF NOT EXISTS needs the privilege even when nothing is created
             if not await (await raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,))).fetchone():
@@ -134,6 +139,42 @@ class Database:
             if not await (await raw.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).fetchone():
                 # an extension lives in one schema; in the tenant's it would be invisible to the others
                 await raw.execute("CREATE EXTENSION vector SCHEMA public")
+
+    @asynccontextmanager
+    async def migration_lock(self) -> AsyncIterator[None]:
+        """Hold the schema lock (one upgrade at a time across processes) for the block.
+
+        A session lock taken by polling: a start-up waiting for it holds no transaction, so it cannot
+        hold up a ``CREATE INDEX CONCURRENTLY`` of the upgrade it waits for (which waits for every
+        older snapshot, and would wait forever for a waiter blocked inside ``pg_advisory_lock``).
+        """
+        async with self.maintenance() as conn:
+            while not await conn.scalar(text(f"SELECT pg_try_advisory_lock({MIGRATION_LOCK})")):
+                await asyncio.sleep(MIGRATION_LOCK_POLL)
+            try:
+                yield
+            finally:
+                await conn.execute(text(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+
+    @asynccontextmanager
+    async def maintenance(self) -> AsyncIterator[AsyncConnection]:
+        """An autocommit connection without statement or lock timeouts, for upgrades.
+
+        Each statement is its own transaction. The connection is closed afterwards rather than
+        pooled, so its session settings never reach a recall.
+        """
+        if self.engine is None:
+            raise DatabaseError("the database is not open; use 'async with Engine()' first")
+        conn = await self.engine.connect()
+        try:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.exec_driver_sql("SET statement_timeout = 0")
+            await conn.exec_driver_sql("SET lock_timeout = 0")
+            yield conn
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+            await asyncio.shield(conn.close())
 
     def _run_session_statements(self, dbapi_connection: Any, *_: Any) -> None:
         if not self.session_statements:
