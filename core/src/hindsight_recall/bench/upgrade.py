@@ -43,7 +43,8 @@ async def build(db: Database, memories: int, bank_size: int) -> float:
     """Create schema 1..7 with the native text-search column, then generate ``memories`` rows."""
     started = time.perf_counter()
     async with db.connect() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS hindsight_meta (key text PRIMARY KEY, value text NOT NULL)"))
+        await conn.execute(text("CREATE TABLE IF NOT EXISTS hindsight_meta "
+                                "(key text PRIMARY KEY, value text NOT NULL)"))
         await conn.execute(text("CREATE TABLE IF NOT EXISTS hindsight_migrations "
                                 "(version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"))
         for version in range(1, FROM_VERSION + 1):
@@ -63,14 +64,14 @@ async def build(db: Database, memories: int, bank_size: int) -> float:
             await conn.execute(text(f"""
                 INSERT INTO memory_units (id, bank_id, external_id, fact_type, text, embedding, occurred_start,
                     occurred_end, mentioned_at, event_date, document_id, search_vector, created_at)
-                SELECT gen_random_uuid(), 'bank-' || (g / CAST(:bank_size AS int)), 'D' || (g / {DOCUMENT_ROWS}) || ':' ||
-                       (g % {DOCUMENT_ROWS}),
+                SELECT gen_random_uuid(), 'bank-' || (g / CAST(:bank_size AS int)),
+                       'D' || (g / {DOCUMENT_ROWS}) || ':' || (g % {DOCUMENT_ROWS}),
                        (ARRAY['world', 'experience', 'observation'])[1 + g % 3],
                        'memory ' || g || ' about topic ' || (g % 997) || ' and place ' || (g % 131),
                        (SELECT array_agg(random() - 0.5) FROM generate_series(1, {DIMENSIONS}) WHERE g >= 0)::vector,
                        d, d + interval '1 hour', d, d, 'doc-' || (g / {DOCUMENT_ROWS}),
                        to_tsvector('english', 'memory ' || g || ' about topic ' || (g % 997)),
-                       now() - (g % 1000) * interval '1 second'
+                       now() - (g / {DOCUMENT_ROWS} % 1000) * interval '1 second'
                 FROM generate_series(CAST(:first AS int), CAST(:last AS int)) g
                 CROSS JOIN LATERAL (SELECT timestamptz '2020-01-01' + (g % 1500) * interval '1 day') AS t(d)
             """), {"bank_size": bank_size, "first": first, "last": min(first + LOAD_BATCH, memories) - 1})
@@ -117,7 +118,8 @@ async def run(memories: int, bank_size: int, data_dir: Path, probe_interval: flo
                 result["ann_rows"] = await conn.scalar(text("SELECT count(*) FROM memory_units WHERE ann"))
                 result["positioned_rows"] = await conn.scalar(
                     text("SELECT count(*) FROM memory_units WHERE position IS NOT NULL"))
-                result["invalid_indexes"] = await conn.scalar(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
+                result["invalid_indexes"] = await conn.scalar(
+                    text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
     finally:
         stop.set()
         watcher.join()
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memories", type=int, default=1_000_000)
     parser.add_argument("--bank-size", type=int, default=10_000)
     parser.add_argument("--probe-interval", type=float, default=0.5)
-    parser.add_argument("--data-dir", type=Path, help="where the embedded server keeps the database (default: a temp dir, removed)")
+    parser.add_argument("--data-dir", type=Path,
+                        help="where the embedded server keeps the database (default: a temp dir, removed)")
     parser.add_argument("--out", type=Path, default=Path("upgrade.json"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
