@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -142,3 +143,56 @@ def test_cli_server_stop(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert embedded.status(data_dir) is None
     assert "not running" in run("status").stdout
+
+
+def test_two_commands_on_a_fresh_data_dir_both_start(tmp_path: Path) -> None:
+    # a service and its command line starting together: the first start creates the cluster and the
+    # database once, the other waits for it (before, one failed on a duplicate pg_database name)
+    data_dir = tmp_path / "fresh" / "data"
+    env = {**os.environ, "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data_dir)}
+    env.pop("HINDSIGHT_API_DATABASE_URL", None)
+    command = [sys.executable, "-m", "hindsight_recall.cli", "bank", "list"]
+    try:
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outcomes = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err for _, err in outcomes]
+    finally:
+        embedded.stop_server(data_dir)
+
+
+async def test_retain_waits_for_a_delete_of_its_bank_or_the_delete_waits_for_it(
+    engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hindsight_recall.retain import ingest
+
+    await engine.retain(bank, [{"id": "a", "text": "Alice runs."}])
+    reached, go = asyncio.Event(), asyncio.Event()
+    real = ingest.check_references
+
+    async def paused(*args: Any, **kwargs: Any) -> None:  # the retain has its bank and is about to write
+        reached.set()
+        await go.wait()
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(ingest, "check_references", paused)
+    retain = asyncio.create_task(engine.retain(bank, [{"id": "b", "text": "Bob swims."}]))
+    await asyncio.wait_for(reached.wait(), 60)
+    delete = asyncio.create_task(engine.delete_bank(bank))
+    await asyncio.wait({delete}, timeout=1.0)  # before, the delete committed here, under the retain
+    go.set()
+    stats, deleted = await asyncio.gather(retain, delete)  # before: a raw IntegrityError (foreign key)
+    assert stats.memories == 1 and deleted is True
+    assert await engine.bank_stats(bank) is None  # the delete came last and took everything
+
+
+async def test_retain_and_delete_bank_churn_on_one_bank_raise_nothing(engine: Engine, bank: str) -> None:
+    for round_ in range(15):
+        outcomes = await asyncio.gather(
+            engine.retain(bank, [{"id": f"m{round_}", "text": f"Fact number {round_} about Alice."}]),
+            engine.delete_bank(bank), engine.retain(bank, [{"id": "x", "text": "Alice again."}]),
+            return_exceptions=True,
+        )
+        assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+        stats = await engine.bank_stats(bank)
+        assert stats is None or stats["memories"] in (1, 2)
