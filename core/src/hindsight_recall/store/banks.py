@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +31,21 @@ def validate_bank_id(bank_id: Any) -> str:
 
 #: How often :func:`ensure_bank` tries again when the bank it found was deleted under it.
 ENSURE_ATTEMPTS = 5
+
+
+def validate_memory_ids(ids: Any) -> list[str]:
+    """A memory id or an iterable of them, as the strings they were retained with."""
+    if isinstance(ids, str):
+        ids = [ids]
+    if not isinstance(ids, Iterable) or isinstance(ids, bytes | Mapping):
+        raise InvalidRequest("ids", f"expected a memory id or a list of memory ids, got {type(ids).__name__}")
+    wanted = list(ids)
+    for i, value in enumerate(wanted):
+        if not isinstance(value, str):
+            raise InvalidRequest(f"ids[{i}]", f"expected a string, got {type(value).__name__}")
+        if problem := unicode_problem(value):
+            raise InvalidRequest(f"ids[{i}]", problem)
+    return wanted
 
 
 async def ensure_bank(conn: AsyncConnection, bank_id: str) -> tuple[uuid.UUID, bool]:
