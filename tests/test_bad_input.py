@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from hindsight_recall.errors import BankNotFound, DatabaseError, InvalidRequest,
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import banks
 from hindsight_recall.types import Memory
+from sqlalchemy import text as sql_text
 
 
 @pytest.mark.parametrize("date", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"])
@@ -207,3 +210,120 @@ def test_cli_text_search_extension_absent(engine: Engine, data_dir: Path) -> Non
         pytest.skip("needs the embedded test server")
     result = cli("recall", "x", "--bank", "b", data_dir=data_dir, HINDSIGHT_API_TEXT_SEARCH_EXTENSION="pg_textsearch")
     one_line_error(result, "pg_textsearch")
+
+
+# --- values PostgreSQL would store wrongly or refuse ---------------------------------------------------
+
+@pytest.mark.parametrize("position", [2**31, 2**32 + 5, -1, True, "3", 1.5])
+async def test_a_position_outside_int32_or_not_an_integer_is_rejected(engine: Engine, bank: str,
+                                                                      position: object) -> None:
+    # before: 2**32 + 5 was stored as 5 and 2**31 as -2147483648
+    with pytest.raises(RetainError, match="position"):
+        await engine.retain(bank, [{"id": "a", "text": "placed", "document_id": "d", "position": position}])
+    with pytest.raises(RetainError, match="position"):
+        Memory(id="a", text="placed", position=position)  # type: ignore[arg-type]
+
+
+async def test_the_largest_position_is_stored_and_the_next_place_is_refused(engine: Engine, bank: str) -> None:
+    top = 2**31 - 1
+    await engine.retain(bank, [{"id": "last", "text": "at the end", "document_id": "d", "position": top}])
+    async with engine.db.connect() as conn:
+        stored = await conn.scalar(sql_text("SELECT position FROM memory_units WHERE bank_id = :b"), {"b": bank})
+    assert stored == top
+    with pytest.raises(RetainError, match="position.*give it a position"):
+        await engine.retain(bank, [{"id": "after", "text": "one more", "document_id": "d"}])
+
+
+@pytest.mark.parametrize("document", [True, False])
+async def test_long_bank_and_document_ids_within_their_limits_store_their_chunks(engine: Engine,
+                                                                                document: bool) -> None:
+    bank = "\U0001f600" * 255 + uuid.uuid4().hex[:1]  # 1,021 bytes, 256 characters
+    doc = "ü" * 512  # 1,024 bytes
+    memories = [{"id": f"m{i}", "text": f"Long ids number {i}.", "chunk": f"chunk {i % 2}",
+                 **({"document_id": doc} if document else {})} for i in range(4)]
+    try:
+        await engine.retain(bank, memories)  # before: index row size 3096 exceeds ... "chunks_pkey"
+        await engine.retain(bank, [{"id": "m9", "text": "Long ids again.", "chunk": "chunk 1",
+                                    **({"document_id": doc} if document else {})}])
+        body = await engine.recall(bank, "long ids", include_chunks=1000)
+        assert sorted(c["text"] for c in body["chunks"].values()) == ["chunk 0", "chunk 1"]
+        assert all(len(cid.encode()) <= 512 for cid in body["chunks"])
+        stats = await engine.bank_stats(bank)
+        assert stats is not None and stats["chunks"] == 2 and stats["memories"] == 5
+    finally:
+        await engine.delete_bank(bank)
+
+
+async def test_ids_are_exact_strings_and_references_name_them_exactly(engine: Engine, bank: str) -> None:
+    from hindsight_recall.retain.ingest import unit_id
+
+    await engine.retain(bank, [{"id": "a", "text": "Alice runs."}, {"id": "a ", "text": "Alice swims."},
+                               {"id": "o", "text": "Alice does sport.", "type": "observation", "sources": ["a "]},
+                               {"id": "c", "text": "Alice got fit.", "causes": ["a"]}])
+    async with engine.db.connect() as conn:
+        sources = await conn.scalar(sql_text(
+            "SELECT source_memory_ids FROM memory_units WHERE bank_id = :b AND external_id = 'o'"), {"b": bank})
+    assert sources == [unit_id(bank, "a ")]  # before: stripped to "a", the other memory
+    with pytest.raises(RetainError, match=r"sources.*' a' is not a memory id"):
+        await engine.retain(bank, [{"id": "p", "text": "x", "type": "observation", "sources": [" a"]}])
+    assert await engine.forget(bank, ["a "]) == 1
+    assert (await engine.bank_stats(bank) or {})["memories"] == 3
+
+
+# --- calls a caller can get wrong ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("ids", "field"), [(None, "ids"), (5, "ids"), ({"a": 1}, "ids"), (b"a", "ids"),
+                                            ([1], r"ids\[0\]"), (["a", None], r"ids\[1\]"),
+                                            (["a\x00"], r"ids\[0\].*NUL")])
+async def test_forget_rejects_what_is_not_a_list_of_ids(engine: Engine, alice: str, ids: object, field: str) -> None:
+    with pytest.raises(InvalidRequest, match=field):
+        await engine.forget(alice, ids)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("window", [("2023-01-01",), ("2023-01-01", "2023-02-01", "2023-03-01"), "2023-01-01",
+                                    (), 5, {"start": "2023-01-01", "end": "2023-02-01"}])
+async def test_a_temporal_window_must_be_a_pair(engine: Engine, alice: str, window: object) -> None:
+    with pytest.raises(InvalidRequest, match="temporal_window: expected a .start, end. pair"):
+        await engine.recall(alice, "Alice", temporal_window=window)
+
+
+BAD_VALUES: list[object] = [None, 5, -1, 1.5, True, "x", b"x", [], [1], {}, {"x": 1}, object(), "\x00", "\ud800"]
+
+
+@pytest.mark.parametrize("option", ["budget", "max_tokens", "types", "tags", "tags_match", "query_timestamp",
+                                    "temporal_window", "min_scores", "include_entities", "include_chunks",
+                                    "include_source_facts", "source_facts_per_observation", "reranking", "limit"])
+def test_every_recall_option_rejects_bad_values_with_invalid_request(option: str) -> None:
+    from hindsight_recall.recall.request import build_request
+
+    for value in BAD_VALUES:
+        with contextlib.suppress(InvalidRequest):  # any other exception fails the test
+            build_request("bank", "where does Alice work", **{option: value})
+
+
+async def test_an_unknown_recall_option_is_invalid_request(engine: Engine, alice: str) -> None:
+    with pytest.raises(InvalidRequest, match="max_token: is not a recall option.*max_tokens"):
+        await engine.recall(alice, "Alice", max_token=100)
+
+
+@pytest.mark.parametrize("memories", [None, "a text", {"id": "a", "text": "x"}, 5])
+async def test_retain_rejects_what_is_not_a_list_of_memories(engine: Engine, bank: str, memories: object) -> None:
+    with pytest.raises(RetainError, match="memories: expected a list of memories"):
+        await engine.retain(bank, memories)  # type: ignore[arg-type]
+
+
+async def test_a_read_only_database_is_a_database_error_saying_so(make_settings: object, bank: str) -> None:
+    async with Engine(make_settings()) as engine:  # type: ignore[operator]
+        await engine.retain(bank, [{"id": "a", "text": "Alice runs."}])
+        # as if connected to a standby: every new connection is read-only
+        engine.db.session_statements.append("SET default_transaction_read_only = on")
+        assert engine.db.engine is not None
+        await engine.db.engine.dispose()
+        for call in (engine.retain(bank, [{"id": "b", "text": "Bob swims."}]), engine.forget(bank, ["a"]),
+                     engine.delete_bank(bank)):
+            with pytest.raises(DatabaseError, match="read-only.*HINDSIGHT_API_DATABASE_URL at a writable primary"):
+                await call
+        assert (await engine.recall(bank, "Alice"))["results"]  # reads still work
+        engine.db.session_statements.pop()
+        await engine.db.engine.dispose()
+        assert await engine.delete_bank(bank)

@@ -118,7 +118,8 @@ async def test_upgrade_drops_per_bank_indexes(engine: Engine) -> None:
         await conn.execute(text("CREATE INDEX idx_mu_emb_worl_0123456789abcdef ON memory_units (bank_id) "
                                 "WHERE bank_id = 'an old bank'"))
         await conn.execute(text("DELETE FROM hindsight_migrations WHERE version = 8"))
-        await schema.migrate(conn, engine.embedder.dimensions(), engine.text_search)
+    await schema.migrate(engine.db, engine.embedder.dimensions(), engine.text_search)
+    async with engine.db.connect() as conn:
         left = await conn.scalar(text("SELECT count(*) FROM pg_indexes WHERE left(indexname, 11) = 'idx_mu_emb_' "
                                       "AND schemaname = current_schema()"))
         done = await conn.scalar(text("SELECT count(*) FROM hindsight_migrations WHERE version = 8"))

@@ -14,7 +14,7 @@ from hindsight_recall.retain.ingest import positions
 from hindsight_recall.retain.memories import parse_memory
 from hindsight_recall.settings import Settings
 from hindsight_recall.store.banks import set_bank_config
-from hindsight_recall.store.schema import MIGRATIONS
+from hindsight_recall.store.schema import Upgrade, backfill_positions
 from hindsight_recall.types import Memory
 from sqlalchemy import text
 
@@ -87,8 +87,8 @@ async def test_migration_nine_orders_old_rows_by_their_ids_numbers(engine: Engin
                         + [{"id": "solo", "text": "no chunk"}])
     async with engine.db.connect() as conn:
         await conn.execute(text("UPDATE memory_units SET position = NULL WHERE bank_id = :b"), {"b": bank})
-        backfill = MIGRATIONS[9](384)[1]
-        await conn.execute(text(backfill + " AND u.bank_id = :b"), {"b": bank})
+    async with engine.db.maintenance() as conn:  # other banks' rows keep their places
+        await backfill_positions(Upgrade(conn, online=True))
     assert await stored_positions(engine, bank) == {"D1:1": 0, "D1:2": 1, "D1:10": 2, "solo": None}
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from hindsight_recall import Engine
+from hindsight_recall import DatabaseError, Engine
 from hindsight_recall import engine as engine_module
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import embedded
@@ -86,8 +88,9 @@ async def test_recall_retries_only_what_may_succeed(engine: Engine, alice: str, 
     monkeypatch.setattr(engine_module, "run_recall", failing_once)
     monkeypatch.setattr(engine_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))
     if calls == 1:
-        with pytest.raises(DBAPIError):
+        with pytest.raises(DatabaseError, match="recall failed in the database: injected") as info:
             await engine.recall(alice, "Alice")
+        assert isinstance(info.value.__cause__, DBAPIError)  # the driver's error stays reachable
     else:
         assert (await engine.recall(alice, "Alice"))["results"]
     assert len(seen) == calls
@@ -142,3 +145,95 @@ def test_cli_server_stop(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert embedded.status(data_dir) is None
     assert "not running" in run("status").stdout
+
+
+def test_two_commands_on_a_fresh_data_dir_both_start(tmp_path: Path) -> None:
+    # a service and its command line starting together: the first start creates the cluster and the
+    # database once, the other waits for it (before, one failed on a duplicate pg_database name)
+    data_dir = tmp_path / "fresh" / "data"
+    env = {**os.environ, "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data_dir)}
+    env.pop("HINDSIGHT_API_DATABASE_URL", None)
+    command = [sys.executable, "-m", "hindsight_recall.cli", "bank", "list"]
+    try:
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outcomes = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err for _, err in outcomes]
+    finally:
+        embedded.stop_server(data_dir)
+
+
+async def test_retain_waits_for_a_delete_of_its_bank_or_the_delete_waits_for_it(
+    engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hindsight_recall.retain import ingest
+
+    await engine.retain(bank, [{"id": "a", "text": "Alice runs."}])
+    reached, go = asyncio.Event(), asyncio.Event()
+    real = ingest.check_references
+
+    async def paused(*args: Any, **kwargs: Any) -> None:  # the retain has its bank and is about to write
+        reached.set()
+        await go.wait()
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(ingest, "check_references", paused)
+    retain = asyncio.create_task(engine.retain(bank, [{"id": "b", "text": "Bob swims."}]))
+    await asyncio.wait_for(reached.wait(), 60)
+    delete = asyncio.create_task(engine.delete_bank(bank))
+    await asyncio.wait({delete}, timeout=1.0)  # before, the delete committed here, under the retain
+    go.set()
+    stats, deleted = await asyncio.gather(retain, delete)  # before: a raw IntegrityError (foreign key)
+    assert stats.memories == 1 and deleted is True
+    assert await engine.bank_stats(bank) is None  # the delete came last and took everything
+
+
+async def test_retain_and_delete_bank_churn_on_one_bank_raise_nothing(engine: Engine, bank: str) -> None:
+    for round_ in range(15):
+        outcomes = await asyncio.gather(
+            engine.retain(bank, [{"id": f"m{round_}", "text": f"Fact number {round_} about Alice."}]),
+            engine.delete_bank(bank), engine.retain(bank, [{"id": "x", "text": "Alice again."}]),
+            return_exceptions=True,
+        )
+        assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+        stats = await engine.bank_stats(bank)
+        assert stats is None or stats["memories"] in (1, 2)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 200 MB tmpfs of its own: a disk that can be filled up or made read-only (needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=False)
+        embedded.stop_server(mount / "pg" / "data")
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_full_disk_and_a_read_only_data_dir_are_database_errors_saying_what_to_do(
+    make_settings: Callable[..., Settings], small_disk: Path, bank: str
+) -> None:
+    settings = make_settings(embedded_data_dir=small_disk / "pg" / "data", database_url=None)
+    async with Engine(settings) as engine:
+        await engine.retain(bank, [{"id": "a", "text": "Alice runs."}])
+        filler = small_disk / "filler"
+        with filler.open("wb") as handle, contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * 2**20)
+                handle.flush()
+        # before: a raw OperationalError (could not extend file ... No space left on device)
+        with pytest.raises(DatabaseError, match="No space left on device.*disk that holds the database is full"):
+            await engine.retain(bank, [{"id": f"m{i}", "text": "Alice runs far. " * 50} for i in range(300)])
+        filler.unlink()
+        await engine.retain(bank, [{"id": "b", "text": "Bob swims."}])  # with space again, it works again
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    # before: a raw OSError from the lock file beside the data dir
+    with pytest.raises(DatabaseError, match=r"Read-only file system.*HINDSIGHT_API_EMBEDDED_DATA_DIR to a writable"):
+        async with Engine(settings):
+            pass

@@ -127,8 +127,12 @@ async def test_a_failed_start_is_retried_with_backoff_until_it_succeeds(make_set
             if on_error == "raise":
                 with pytest.raises(RerankerError, match="service down"):
                     await engine.recall(bank, "Alice ran", trace=True)
-                return {}
-            return reranking_phase(await engine.recall(bank, "Alice ran", trace=True))
+                details: dict[str, Any] = {}
+            else:
+                details = reranking_phase(await engine.recall(bank, "Alice ran", trace=True))
+            if engine.rerank.starting is not None:  # a retry runs in the background: let it finish
+                await engine.rerank.starting
+            return details
 
         first = await recall()
         assert reranker.attempts == 1
@@ -143,8 +147,9 @@ async def test_a_failed_start_is_retried_with_backoff_until_it_succeeds(make_set
         await recall()
         assert reranker.attempts == 2
         now[0] = 30.0
-        body = await engine.recall(bank, "Alice ran", trace=True)
+        await recall()  # the third attempt starts in the background; this recall does not wait for it
         assert reranker.attempts == 3
+        body = await engine.recall(bank, "Alice ran", trace=True)
         assert "fallback" not in reranking_phase(body)
         assert [r["id"] for r in body["results"]] == ["long", "short"]
         await engine.recall(bank, "Alice ran")
@@ -197,3 +202,33 @@ async def test_offline_the_default_hub_model_falls_back_at_once_saying_how_to_fi
     assert "HINDSIGHT_API_RERANKER_PROVIDER=rrf" in phase["details"]["fallback"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "reranker" in r.getMessage()]
     assert len(warnings) == 1 and "HINDSIGHT_API_RERANKER_LOCAL_MODEL" in warnings[0]
+
+
+async def test_a_hung_reranker_start_is_bounded_and_recalls_do_not_wait_for_its_retries(
+    make_settings: Any, bank: str
+) -> None:
+    from hindsight_recall.recall.rerank import Backoff
+    from hindsight_recall.testing.http_server import FixtureServer, Reply, tei_routes
+
+    routes = tei_routes()
+    routes[("GET", "/info")] = lambda request: Reply(body={"model_id": "x"}, delay=3600)  # never answers
+    with FixtureServer(routes) as server:
+        settings = make_settings(reranker_provider="tei", reranker_timeout=5, plugins={"tei": {"url": server.url}})
+        async with Engine(settings) as engine:
+            engine.rerank.backoff = Backoff(base=0, cap=0)  # every recall may start another attempt
+            await engine.retain(bank, DOCS)
+            body = await engine.recall(bank, "Alice ran", trace=True)
+            first = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
+            # before: bounded by MODEL_INIT_TIMEOUT and four 30 s reads, 124.7 s with the defaults
+            assert first["duration_seconds"] < 5 + 10
+            assert "HINDSIGHT_API_RERANKER_TIMEOUT=5" in first["details"]["fallback"]
+            if engine.rerank.starting is not None:
+                await engine.rerank.starting
+            # a retry starts now, in the background, and hangs like the first: no recall waits for it
+            bodies = await asyncio.gather(*(engine.recall(bank, "Alice ran", trace=True) for _ in range(4)))
+            phases = [next(p for p in b["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "reranking")
+                      for b in bodies]
+            assert all(p["duration_seconds"] < 2.5 and "fallback" in p["details"] for p in phases), phases
+            assert engine.rerank.starting is not None  # still hanging on GET /info
+            assert [r["id"] for r in bodies[0]["results"]]
+        assert len(server.requests_to("GET", "/info")) == 2

@@ -157,8 +157,8 @@ async def test_locomo_bank_retains(engine: Engine, bank: str) -> None:
 async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
     from hindsight_recall.store.schema import MIGRATIONS, migrate
 
+    await migrate(engine.db, 384, engine.text_search)  # a second run changes nothing
     async with engine.db.connect() as conn:
-        await migrate(conn, 384, engine.text_search)  # a second run changes nothing
         versions = list(
             (await conn.execute(text("SELECT version FROM hindsight_migrations ORDER BY version"))).scalars()
         )

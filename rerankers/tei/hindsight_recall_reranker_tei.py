@@ -56,7 +56,8 @@ class TEIReranker(HTTPReranker):
                 "HINDSIGHT_API_RERANKER_TEI_URL", "the TEI server's base URL, e.g. http://localhost:8080"
             )
         self.base_url = self.config.url.rstrip("/")
-        self.init_timeout = settings.model_init_timeout if settings else 300.0
+        #: ``GET /info`` answers at once from a running server: its start is bounded like a rerank call
+        self.init_timeout = settings.reranker_timeout if settings else 30.0
         self.model_id: str | None = None
         self._http = RerankHTTP(
             API,
@@ -69,14 +70,14 @@ class TEIReranker(HTTPReranker):
         )
 
     async def start(self) -> None:
-        """Read the served model from ``GET /info``, bounded by ``MODEL_INIT_TIMEOUT``."""
+        """Read the served model from ``GET /info``, bounded by ``RERANKER_TIMEOUT`` (retries included)."""
         url = f"{self.base_url}/info"
         try:
             info = await asyncio.wait_for(self._http.request("GET", url), self.init_timeout)
         except TimeoutError:
             raise RerankerError(
                 f"tei: GET {url} did not answer within "
-                f"HINDSIGHT_API_MODEL_INIT_TIMEOUT={self.init_timeout:g} s"
+                f"HINDSIGHT_API_RERANKER_TIMEOUT={self.init_timeout:g} s; check that the server runs"
             ) from None
         model_id = info.get("model_id") if isinstance(info, dict) else None
         if not isinstance(model_id, str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 import psycopg
 from sqlalchemy.exc import DBAPIError
 
-from .errors import ConfigError, DatabaseError, RecallTimeout
+from .errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError
 from .plugins import PluginManager, adopt, get_plugin_manager
 from .protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
 from .recall.pipeline import run_recall, warm_date_parser
@@ -21,13 +22,15 @@ from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
 from .store import banks
-from .store.db import Database, db_message, is_retryable
+from .store.db import Database, database_error, database_errors, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
 from .types import Memory
 
 log = logging.getLogger(__name__)
 
+#: The keyword options :meth:`Engine.recall` accepts (those of :func:`build_request` after the query).
+RECALL_OPTIONS = frozenset(list(inspect.signature(build_request).parameters)[2:])
 #: Back-off before retrying a recall that lost its connection.
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 T = TypeVar("T")
@@ -87,8 +90,7 @@ class Engine:
         dimensions = await asyncio.to_thread(self.embedder.dimensions)
         await self.db.open()
         try:
-            async with self.db.connect() as conn:
-                await migrate(conn, dimensions, self.text_search)
+            await migrate(self.db, dimensions, self.text_search)
         except DBAPIError as exc:
             await self.db.close()
             raise DatabaseError(_schema_failure(exc, self.settings.text_search_extension)) from None
@@ -121,6 +123,8 @@ class Engine:
         :param embeddings: precomputed vectors, one per memory in order (a list of lists or a numpy
             array); the embedding model is then not run.
         """
+        if isinstance(memories, str | bytes | Mapping | Memory) or not isinstance(memories, Iterable):
+            raise RetainError(None, "memories", f"expected a list of memories, got {type(memories).__name__}")
         items = [m if isinstance(m, Memory) else parse_memory(m, i)[1] for i, m in enumerate(memories, start=1)]
         return await self.retain_many({bank_id: items}, progress=progress,
                                       embeddings=None if embeddings is None else {bank_id: embeddings})
@@ -137,10 +141,16 @@ class Engine:
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
             needs its vectors, and the embedding model is not run.
         """
+        if not isinstance(batches, Mapping) or not all(
+            isinstance(ms, Sequence) and not isinstance(ms, str) and all(isinstance(m, Memory) for m in ms)
+            for ms in batches.values()
+        ):
+            raise RetainError(None, "batches", "expected a mapping of bank id to a list of Memory objects")
         # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
-        return await self._retrying(
-            "retain", lambda: self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
-        )
+        with database_errors("retain"):
+            return await self._retrying(
+                "retain", lambda: self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
+            )
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens``.
@@ -152,6 +162,9 @@ class Engine:
             ``include_source_facts``, ``source_facts_per_observation``, ``prefer_observations``, ``reranking``,
             ``trace``, ``limit`` (see :func:`~hindsight_recall.recall.request.build_request`).
         """
+        unknown = sorted(set(options) - RECALL_OPTIONS)
+        if unknown:
+            raise InvalidRequest(unknown[0], f"is not a recall option (options: {', '.join(sorted(RECALL_OPTIONS))})")
         request = build_request(bank_id, query, **options)
         queued = time.perf_counter()
         async with self._recalls:
@@ -163,7 +176,7 @@ class Engine:
             except (DBAPIError, psycopg.Error) as exc:
                 if getattr(getattr(exc, "orig", exc), "sqlstate", None) == "57014":
                     raise RecallTimeout("recall timed out (HINDSIGHT_API_DB_STATEMENT_TIMEOUT)") from exc
-                raise
+                raise database_error("recall", exc) from exc
 
     async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """Run ``attempt``, again after a lost connection or a serialization failure (RETRY_DELAYS apart)."""
@@ -180,34 +193,40 @@ class Engine:
 
     async def list_banks(self) -> list[dict[str, Any]]:
         """Every bank as ``{bank_id, memories, created_at}``, by name."""
-        async with self.db.connect() as conn:
-            return await banks.list_banks(conn)
+        with database_errors("listing banks"):
+            async with self.db.connect() as conn:
+                return await banks.list_banks(conn)
 
     async def bank_stats(self, bank_id: str) -> dict[str, Any] | None:
         """What a bank holds (memories by type, entities, chunks, documents, links, config); ``None`` if absent.
 
         :param bank_id: the bank.
         """
-        async with self.db.connect() as conn:
-            return await banks.bank_stats(conn, banks.validate_bank_id(bank_id))
+        bank_id = banks.validate_bank_id(bank_id)
+        with database_errors("bank_stats"):
+            async with self.db.connect() as conn:
+                return await banks.bank_stats(conn, bank_id)
 
     async def delete_bank(self, bank_id: str) -> bool:
         """Delete a bank with everything in it; other banks are untouched. False if it did not exist.
 
         :param bank_id: the bank.
         """
-        async with self.db.connect() as conn:
-            return await banks.delete_bank(conn, banks.validate_bank_id(bank_id))
+        bank_id = banks.validate_bank_id(bank_id)
+        with database_errors("delete_bank"):
+            async with self.db.connect() as conn:
+                return await banks.delete_bank(conn, bank_id)
 
     async def forget(self, bank_id: str, ids: Iterable[str]) -> int:
         """Remove memories by their ids with their links, entity pairs and unused chunks; return the count.
 
         :param bank_id: the bank; an unknown bank removes nothing.
-        :param ids: the caller's memory ids; unknown ids are ignored.
+        :param ids: the caller's memory ids (exact strings, as retained); unknown ids are ignored.
         """
-        wanted = [ids] if isinstance(ids, str) else list(ids)
-        async with self.db.connect() as conn:
-            return await banks.forget(conn, banks.validate_bank_id(bank_id), wanted)
+        bank_id, wanted = banks.validate_bank_id(bank_id), banks.validate_memory_ids(ids)
+        with database_errors("forget"):
+            async with self.db.connect() as conn:
+                return await banks.forget(conn, bank_id, wanted)
 
     async def _recover(self, exc: Exception) -> None:
         """After a lost connection, reconnect (restarting an embedded server that died)."""

@@ -61,3 +61,10 @@ def int32_problem(value: int) -> str | None:
     if not -INT32_MAX - 1 <= value <= INT32_MAX:
         return f"{value} does not fit a 32-bit integer (at most {INT32_MAX})"
     return None
+
+
+def place_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a memory's ``position`` (a non-negative 32-bit integer), or ``None``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return f"expected a non-negative integer, got {value!r}"
+    return int32_problem(value)

@@ -280,9 +280,10 @@ class Reranker(Protocol):
     async def start(self) -> None:
         """Optional. Load the model or reach the service before the first :meth:`score`.
 
-        Core calls it before the first recall that reranks, bounded by
-        ``HINDSIGHT_API_MODEL_INIT_TIMEOUT``; after a failure it calls it again on a later recall,
-        with a growing pause in between. The default does nothing.
+        Core calls it in a task of its own when the first recall reranks, bounded by
+        ``HINDSIGHT_API_MODEL_INIT_TIMEOUT``; recalls wait for it at most ``HINDSIGHT_API_RERANKER_TIMEOUT``.
+        After a failure core calls it again in the background, with a growing pause in between. The
+        default does nothing.
         """
         return None
 

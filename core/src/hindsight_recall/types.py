@@ -87,6 +87,7 @@ def check_memory(memory: Memory) -> None:
         value = getattr(memory, name)
         problems.append((name, None if value is None else limits.date_problem(value)))
     problems.append(("proof_count", limits.int32_problem(memory.proof_count)))
+    problems.append(("position", None if memory.position is None else limits.place_problem(memory.position)))
     problems.extend(("metadata", limits.unicode_problem(k + v)) for k, v in memory.metadata.items())
     for name, problem in problems:
         if problem:

@@ -75,10 +75,10 @@ async def test_start_reads_model_id(tei_server: FixtureServer) -> None:
     await reranker.close()
 
 
-async def test_start_is_bounded_by_model_init_timeout(tei_server: FixtureServer) -> None:
+async def test_start_is_bounded_by_the_reranker_timeout(tei_server: FixtureServer) -> None:
     tei_server.script("GET", "/info", Reply(body={"model_id": "x"}, delay=2.0))
-    reranker = make(tei_server, Settings(model_init_timeout=0.2))
-    with pytest.raises(RerankerError, match="HINDSIGHT_API_MODEL_INIT_TIMEOUT=0.2"):
+    reranker = make(tei_server, Settings(reranker_timeout=0.2))
+    with pytest.raises(RerankerError, match="HINDSIGHT_API_RERANKER_TIMEOUT=0.2"):
         await reranker.start()
     await reranker.close()
 
@@ -232,7 +232,7 @@ def test_settings_defaults_and_prefix() -> None:
     assert reranker._http.url == "http://tei:8080/rerank"
     assert (reranker._http.batch_size, reranker._http.max_concurrent, reranker._http.timeout) == (128, 8, 30)
     assert reranker._http.send_bank_header is False
-    assert reranker.init_timeout == 300
+    assert reranker.init_timeout == 30
     assert RETRY.retries == 3 and RETRY.base_delay == 0.5 and RETRY.max_delay == 5 and RETRY.jitter == 0.5
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -93,6 +93,8 @@ def _types(types: Sequence[str] | None) -> tuple[str, ...]:
         return FACT_TYPES
     if isinstance(types, str):
         types = [types]
+    if not isinstance(types, Sequence | Set):
+        raise InvalidRequest("types", f"expected a fact type or a list of them, got {type(types).__name__}")
     out: list[str] = []
     for t in types:
         t = str(t).strip().lower()
@@ -107,6 +109,8 @@ def _types(types: Sequence[str] | None) -> tuple[str, ...]:
 
 def _min_scores(values: Mapping[str, Any] | None) -> dict[str, float]:
     out: dict[str, float] = {}
+    if values is not None and not isinstance(values, Mapping):
+        raise InvalidRequest("min_scores", f"expected a mapping of score name to number, got {type(values).__name__}")
     for key, value in (values or {}).items():
         if key not in _MIN_SCORE_KEYS:
             raise InvalidRequest(f"min_scores.{key}", f"unknown key (choices: {', '.join(_MIN_SCORE_KEYS)})")
@@ -151,9 +155,14 @@ def build_request(
         raise InvalidRequest("max_tokens", f"must be a positive integer, got {max_tokens!r}")
     if isinstance(tags, str):  # one tag, not its characters
         tags = [tags]
+    if tags is not None and not isinstance(tags, Sequence | Set):
+        raise InvalidRequest("tags", f"expected a tag or a list of tags, got {type(tags).__name__}")
     tag_list = tuple(clean_text(str(t)) for t in (tags or ()))
     window = None
     if temporal_window is not None:
+        if isinstance(temporal_window, str | bytes) or not isinstance(temporal_window, Sequence) \
+                or len(temporal_window) != 2:
+            raise InvalidRequest("temporal_window", f"expected a (start, end) pair, got {temporal_window!r}")
         start = parse_timestamp(temporal_window[0], "temporal_window.start")
         end = parse_timestamp(temporal_window[1], "temporal_window.end")
         if start is None or end is None:

@@ -75,8 +75,11 @@ def _describe(exc: BaseException) -> str:
 class RerankStage:
     """Starts the reranker, scores candidates, and falls back to passthrough on failure.
 
-    A failed start is tried again on a later recall once its :class:`Backoff` pause has passed;
-    until then recalls fall back at once (or raise, with ``RERANKER_ON_ERROR=raise``). Every
+    The reranker starts in a task of its own (bounded by ``MODEL_INIT_TIMEOUT``). Recalls wait for
+    the first attempt at most ``RERANKER_TIMEOUT`` from its beginning, as they would for a score
+    call, then fall back while it goes on. A failed start is tried again on a later recall once
+    its :class:`Backoff` pause has passed, in the background: recalls keep falling back (or raise,
+    with ``RERANKER_ON_ERROR=raise``) until it succeeds, and none waits for it. Every
     :meth:`~hindsight_recall.protocols.Reranker.score` call is bounded by ``RERANKER_TIMEOUT``.
     """
 
@@ -87,27 +90,37 @@ class RerankStage:
         self.backoff = backoff or Backoff()
         #: The clock the pauses are measured on (seconds, monotonic).
         self.clock: Callable[[], float] = time.monotonic
+        #: The start attempt in progress, if any.
+        self.starting: asyncio.Task[None] | None = None
         self._started = False
         self._start_error: str | None = None
         self._failures = 0
         self._retry_at = 0.0
-        self._lock = asyncio.Lock()
+        self._wait_until = 0.0
 
     async def start(self) -> str | None:
-        """Start the reranker unless it runs or waits out a pause; return the start-up failure, if any.
+        """Start the reranker unless it runs or waits out a pause; return why it cannot rerank now, if so.
 
-        Bounded by ``MODEL_INIT_TIMEOUT``. Raises :class:`RerankerError` on failure when
-        ``RERANKER_ON_ERROR=raise``, on every recall until a start succeeds.
+        Raises :class:`RerankerError` instead when ``RERANKER_ON_ERROR=raise``, on every recall until a
+        start succeeds.
         """
-        async with self._lock:
-            if not self._started and self.clock() >= self._retry_at:
-                await self._attempt()
-            error = self._start_error
-        if error and self.settings.reranker_on_error == "raise":
+        if not self._started and self.starting is None and self.clock() >= self._retry_at:
+            # only the first attempt is waited for; a retry must not stall the recalls again
+            self._wait_until = time.monotonic() + self.settings.reranker_timeout if not self._failures else 0.0
+            self.starting = asyncio.create_task(self._attempt(), name=f"start reranker {self.reranker.name}")
+        task = self.starting
+        if task is not None and (wait := self._wait_until - time.monotonic()) > 0:
+            await asyncio.wait({task}, timeout=wait)  # never cancels the start: it goes on for later recalls
+        if self._started:
+            return None
+        error = self._start_error
+        if error is None:
+            error = (f"reranker {self.reranker.name!r} did not start within HINDSIGHT_API_RERANKER_TIMEOUT="
+                     f"{self.settings.reranker_timeout:g} s and is still starting")
+        if self.settings.reranker_on_error == "raise":
             wait = max(0.0, self._retry_at - self.clock())
-            raise RerankerError(
-                f"reranker {self.reranker.name!r} failed to start: {error} (next attempt in {wait:.0f} s)"
-            )
+            pending = "still starting" if self.starting is not None else f"next attempt in {wait:.0f} s"
+            raise RerankerError(f"reranker {self.reranker.name!r} failed to start: {error} ({pending})")
         return error
 
     async def _attempt(self) -> None:
@@ -124,8 +137,13 @@ class RerankStage:
             if self._failures:
                 log.warning("reranker %r started after %d failed attempts", self.reranker.name, self._failures)
             self._started, self._start_error, self._failures = True, None, 0
+        finally:
+            self.starting = None
 
     async def close(self) -> None:
+        if self.starting is not None:
+            self.starting.cancel()
+            await asyncio.wait({self.starting})
         await self.reranker.close()
 
     async def run(self, query: str, candidates: list[Candidate], bank_id: str, passthrough: bool) -> dict[str, Any]:

@@ -98,14 +98,28 @@ async def write_entities(
         )
 
 
+#: Chunk ids are index keys beside the bank id (chunks' key, memories' document index), and both may
+#: be 1,024 bytes: a longer id than this is replaced by its digest, so every key fits a btree entry.
+MAX_CHUNK_ID_BYTES = 512
+
+
+def short_key(chunk_id: str) -> str:
+    """``chunk_id`` itself, or ``sha256:<hex>`` of it when it is over :data:`MAX_CHUNK_ID_BYTES`
+    (a built id always holds ``_``, a digest id never after its prefix: the two cannot meet)."""
+    if len(chunk_id.encode("utf-8")) <= MAX_CHUNK_ID_BYTES:
+        return chunk_id
+    return "sha256:" + hashlib.sha256(chunk_id.encode("utf-8")).hexdigest()
+
+
 async def write_chunks(
     conn: AsyncConnection, bank_id: str, memories: Sequence[Memory]
 ) -> list[str | None]:
     """Store each distinct source chunk once; return every memory's chunk id.
 
     Ids are ``{bank}_{doc}_{index}`` (the index has no ``_``, so the id names one document of the bank)
-    or ``{bank}__{digest}`` for a chunk without a document, which no document id can produce. They
-    are unique within their bank; the table's key is (bank, id), so no bank can replace another's chunk.
+    or ``{bank}__{digest}`` for a chunk without a document, which no document id can produce; a longer
+    id than :data:`MAX_CHUNK_ID_BYTES` becomes its digest (:func:`short_key`). They are unique within
+    their bank; the table's key is (bank, id), so no bank can replace another's chunk.
     """
     docs = sorted({m.document_id for m in memories if m.chunk and m.document_id})
     known: dict[tuple[str, str], str] = {}
@@ -131,7 +145,7 @@ async def write_chunks(
         if chunk_id is None:
             index = next_index.get(doc_key, 0) if m.document_id else 0
             next_index[doc_key] = index + 1
-            chunk_id = f"{bank_id}_{doc_key}_{index}" if m.document_id else f"{bank_id}__{digest}"
+            chunk_id = short_key(f"{bank_id}_{doc_key}_{index}" if m.document_id else f"{bank_id}__{digest}")
             known[(doc_key, digest)] = chunk_id
             new[chunk_id] = (m.document_id, index, m.chunk)
         out.append(chunk_id)

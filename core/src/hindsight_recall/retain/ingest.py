@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RetainError
+from ..limits import int32_problem
 from ..protocols import EmbeddingProvider, TextSearchBackend
 from ..settings import Settings
 from ..store import banks
@@ -417,6 +418,9 @@ def positions(
             out.append(m.position)
             continue
         place = m.position if m.position is not None else following.get(key, 0)
+        if (problem := int32_problem(place)) is not None:
+            raise RetainError(None, "position", f"memory {m.id!r} would follow the last place of its document "
+                                                f"at {place}, which {problem.split(' ', 1)[1]}; give it a position")
         following[key] = max(following.get(key, 0), place + 1)
         out.append(place)
     return out
@@ -431,7 +435,7 @@ async def _document_ends(
     if not keys:
         return {}
     rows = await conn.execute(text(
-        f"SELECT {DOCUMENT_KEY} AS doc, max(position) + 1 AS next FROM memory_units WHERE bank_id = :bank "
+        f"SELECT {DOCUMENT_KEY} AS doc, max(position)::bigint + 1 AS next FROM memory_units WHERE bank_id = :bank "
         f"AND {DOCUMENT_KEY} = ANY(:keys) AND position IS NOT NULL AND NOT (id = ANY(:ids)) GROUP BY 1"
     ), {"bank": bank_id, "keys": keys, "ids": ids})
     return {r.doc: int(r.next) for r in rows}

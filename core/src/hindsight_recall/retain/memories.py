@@ -49,13 +49,14 @@ def _string(value: Any, field: str, line: int | None, *, required: bool = False)
     return value
 
 
-def _strings(value: Any, field: str, line: int | None) -> tuple[str, ...]:
+def _strings(value: Any, field: str, line: int | None, *, strip: bool = True) -> tuple[str, ...]:
+    """A list of non-blank strings, without repeats; names are stripped, ids (``strip=False``) kept exact."""
     if value is None:
         return ()
     if not isinstance(value, list):
         raise RetainError(line, field, f"expected a list of strings, got {type(value).__name__}")
     items = tuple(_string(v, f"{field}[{i}]", line, required=True) or "" for i, v in enumerate(value))
-    return tuple(dict.fromkeys(s.strip() for s in items))
+    return tuple(dict.fromkeys(s.strip() if strip else s for s in items))
 
 
 def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]:
@@ -84,9 +85,6 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
     proof = obj.get("proof_count", 1)
     if not isinstance(proof, int) or isinstance(proof, bool) or proof < 1:
         raise RetainError(line, "proof_count", f"expected a positive integer, got {proof!r}")
-    position = obj.get("position")
-    if position is not None and (not isinstance(position, int) or isinstance(position, bool) or position < 0):
-        raise RetainError(line, "position", f"expected a non-negative integer, got {position!r}")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) and "\x00" not in k + v for k, v in metadata.items()
@@ -107,9 +105,10 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
         document_id=_string(obj.get("document_id"), "document_id", line),
         proof_count=proof,
         metadata=dict(metadata),
-        causes=_strings(obj.get("causes"), "causes", line),
-        source_ids=_strings(obj.get("sources"), "sources", line),
-        position=position,
+        # ids are exact strings, spaces included: a reference names its memory as its `id` does
+        causes=_strings(obj.get("causes"), "causes", line, strip=False),
+        source_ids=_strings(obj.get("sources"), "sources", line, strip=False),
+        position=obj.get("position"),  # checked by Memory, with PostgreSQL's limits
     )
     try:
         memory = Memory(**fields)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,17 +29,47 @@ def validate_bank_id(bank_id: Any) -> str:
     return bank_id
 
 
+#: How often :func:`ensure_bank` tries again when the bank it found was deleted under it.
+ENSURE_ATTEMPTS = 5
+
+
+def validate_memory_ids(ids: Any) -> list[str]:
+    """A memory id or an iterable of them, as the strings they were retained with."""
+    if isinstance(ids, str):
+        ids = [ids]
+    if not isinstance(ids, Iterable) or isinstance(ids, bytes | Mapping):
+        raise InvalidRequest("ids", f"expected a memory id or a list of memory ids, got {type(ids).__name__}")
+    wanted = list(ids)
+    for i, value in enumerate(wanted):
+        if not isinstance(value, str):
+            raise InvalidRequest(f"ids[{i}]", f"expected a string, got {type(value).__name__}")
+        if problem := unicode_problem(value):
+            raise InvalidRequest(f"ids[{i}]", problem)
+    return wanted
+
+
 async def ensure_bank(conn: AsyncConnection, bank_id: str) -> tuple[uuid.UUID, bool]:
-    """Return the bank's internal id, creating the bank if needed; the flag says it was created."""
-    created = await conn.scalar(
-        text("INSERT INTO banks (bank_id, internal_id) VALUES (:bank, :iid) ON CONFLICT (bank_id) DO NOTHING "
-             "RETURNING internal_id"),
-        {"bank": bank_id, "iid": uuid.uuid4()},
-    )
-    if created is not None:
-        return created, True
-    existing = await conn.scalar(text("SELECT internal_id FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
-    return existing, False
+    """Return the bank's internal id, creating the bank if needed; the flag says it was created.
+
+    The bank row stays key-share locked to the end of the transaction, so a :func:`delete_bank`
+    waits for this write, or this write waits for the delete and then creates the bank anew: the rows
+    written next never reference a deleted bank.
+    """
+    for _ in range(ENSURE_ATTEMPTS):
+        created = await conn.scalar(
+            text("INSERT INTO banks (bank_id, internal_id) VALUES (:bank, :iid) ON CONFLICT (bank_id) DO NOTHING "
+                 "RETURNING internal_id"),
+            {"bank": bank_id, "iid": uuid.uuid4()},
+        )
+        if created is not None:
+            return created, True
+        existing = await conn.scalar(
+            text("SELECT internal_id FROM banks WHERE bank_id = :bank FOR KEY SHARE"), {"bank": bank_id}
+        )
+        if existing is not None:
+            return existing, False
+    raise InvalidRequest("bank_id", f"bank {bank_id!r} was deleted {ENSURE_ATTEMPTS} times while this call wrote "
+                                    "to it; retry once the deletes are done", status=409)
 
 
 async def bank_config(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | None:

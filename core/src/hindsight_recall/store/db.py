@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from ..errors import DatabaseError, PoolExhausted
 from ..settings import Settings, redact
 from . import embedded
 
+log = logging.getLogger(__name__)
+
 #: SQLSTATEs after which the same statement may succeed on a fresh connection or a new try:
 #: connection exceptions (class 08), the server shutting down or crashing (57P01-57P03), and
 #: serialization failures and deadlocks (40001, 40P01).
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
+#: The advisory-lock key that serialises schema upgrades (and schema creation) across processes; the
+#: key every release has used, so an older release starting at the same moment waits too.
+MIGRATION_LOCK = "hashtext('hindsight_recall.migrate')"
+#: Seconds between attempts to take :data:`MIGRATION_LOCK` while another process upgrades.
+MIGRATION_LOCK_POLL = 0.2
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -51,6 +61,44 @@ def db_message(exc: BaseException) -> str:
     return redact(text.splitlines()[0]) if text else type(orig).__name__
 
 
+#: SQLSTATE -> what to do, for errors a caller can meet through no fault of the request.
+_DATABASE_HINTS = {
+    "53100": "the disk that holds the database is full: free space on it (for the embedded server, the disk "
+             "of HINDSIGHT_API_EMBEDDED_DATA_DIR), then retry",
+    "53200": "the database server ran out of memory: retry, or give it more memory",
+    "53300": "the database server has no connection slot free: lower HINDSIGHT_API_DB_POOL_MAX_SIZE, or raise "
+             "the server's max_connections",
+    "25006": "the database is read-only (a standby, or default_transaction_read_only is on): point "
+             "HINDSIGHT_API_DATABASE_URL at a writable primary",
+    "42501": "the database role lacks a privilege this needs: grant it, or connect as the schema's owner",
+    "58030": "the database server could not read or write its files (a full, read-only or failing disk): "
+             "check the disk of its data directory",
+}
+
+
+def database_error(what: str, exc: BaseException) -> DatabaseError:
+    """A :class:`DatabaseError` for a driver error that reached a public call: the server's reason
+    (first line, redacted) and what to do about it."""
+    state = str(getattr(getattr(exc, "orig", exc), "sqlstate", None) or "")
+    hint = _DATABASE_HINTS.get(state)
+    if hint is None and (is_retryable(exc) or state.startswith("57P")):
+        hint = "the connection to PostgreSQL was lost and retrying did not help: check that the server runs"
+    if hint is None:
+        hint = "see the database server's log"
+    return DatabaseError(f"{what} failed in the database: {db_message(exc).rstrip('.')}. {hint[0].upper()}{hint[1:]}.")
+
+
+@contextlib.contextmanager
+def database_errors(what: str) -> Iterator[None]:
+    """Turn a driver error raised in the block into :func:`database_error`."""
+    import psycopg
+
+    try:
+        yield
+    except (DBAPIError, psycopg.Error) as exc:
+        raise database_error(what, exc) from exc
+
+
 def sqlalchemy_url(url: str) -> str:
     """Accept libpq-style URLs and pick the psycopg 3 driver."""
     try:
@@ -72,13 +120,22 @@ class Database:
         self.settings = settings
         self.session_statements = list(session_statements)
         self.engine: AsyncEngine | None = None
+        #: Unpooled connections, for schema upgrades (:meth:`maintenance`).
+        self.direct: AsyncEngine | None = None
         self.embedded = settings.database_url is None
         self.url = ""
 
     async def open(self) -> None:
         s = self.settings
         if self.embedded:
-            self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir, s.server_settings())
+            try:
+                self.url = await asyncio.to_thread(embedded.start, s.embedded_data_dir, s.server_settings())
+            except OSError as exc:  # a read-only, full or missing place for the data dir
+                raise DatabaseError(
+                    f"cannot start the embedded PostgreSQL server in {embedded.resolve(s.embedded_data_dir)}: "
+                    f"{exc.strerror or exc} ({exc.filename}). Set HINDSIGHT_API_EMBEDDED_DATA_DIR to a writable "
+                    "directory with free space, or HINDSIGHT_API_DATABASE_URL to a PostgreSQL server."
+                ) from exc
         else:
             self.url = s.database_url or ""
         # quoted so a mixed-case schema is not folded to lower case (the setting admits identifiers only);
@@ -95,7 +152,13 @@ class Database:
             pool_pre_ping=False,
             connect_args={"options": options, "connect_timeout": max(int(s.db_acquire_timeout), 1)},
         )
+        # outside the pool: an upgrade holds a lock connection and a work connection beside the pool's
+        self.direct = create_async_engine(
+            sqlalchemy_url(self.url), poolclass=NullPool,
+            connect_args={"options": options, "connect_timeout": max(int(s.db_acquire_timeout), 1)},
+        )
         setup = self._run_session_statements
+        event.listen(self.direct.sync_engine, "connect", setup)
         event.listen(self.engine.sync_engine, "connect", setup)
         if s.db_session_setup_on_acquire and self.session_statements:
             event.listen(self.engine.sync_engine, "checkout", setup)
@@ -124,9 +187,8 @@ class Database:
 
         from ._bincopy import driver_connection
 
-        async with self.connect() as conn:
-            # the migration lock: concurrent first starts would race on the catalog's unique names
-            await conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('hindsight_recall.migrate'))")
+        # the migration lock: concurrent first starts would race on the catalog's unique names
+        async with self.migration_lock(), self.connect() as conn:
             raw = await driver_connection(conn)
             # checked first: CREATE ... IF NOT EXISTS needs the privilege even when nothing is created
             if not await (await raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (name,))).fetchone():
@@ -134,6 +196,40 @@ class Database:
             if not await (await raw.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).fetchone():
                 # an extension lives in one schema; in the tenant's it would be invisible to the others
                 await raw.execute("CREATE EXTENSION vector SCHEMA public")
+
+    @asynccontextmanager
+    async def migration_lock(self) -> AsyncIterator[None]:
+        """Hold the schema lock (one upgrade at a time across processes) for the block.
+
+        A session lock taken by polling: a start-up waiting for it holds no transaction, so it cannot
+        hold up a ``CREATE INDEX CONCURRENTLY`` of the upgrade it waits for (which waits for every
+        older snapshot, and would wait forever for a waiter blocked inside ``pg_advisory_lock``).
+        """
+        async with self.maintenance() as conn:
+            while not await conn.scalar(text(f"SELECT pg_try_advisory_lock({MIGRATION_LOCK})")):
+                await asyncio.sleep(MIGRATION_LOCK_POLL)
+            try:
+                yield
+            finally:
+                await conn.execute(text(f"SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+
+    @asynccontextmanager
+    async def maintenance(self) -> AsyncIterator[AsyncConnection]:
+        """An autocommit connection without statement or lock timeouts, for upgrades.
+
+        Each statement is its own transaction. The connection is not the pool's: it is closed
+        afterwards, so its session settings never reach a recall, and it needs no free pool slot.
+        """
+        if self.direct is None:
+            raise DatabaseError("the database is not open; use 'async with Engine()' first")
+        conn = await self.direct.connect()
+        try:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.exec_driver_sql("SET statement_timeout = 0")
+            await conn.exec_driver_sql("SET lock_timeout = 0")
+            yield conn
+        finally:
+            await asyncio.shield(conn.close())
 
     def _run_session_statements(self, dbapi_connection: Any, *_: Any) -> None:
         if not self.session_statements:
@@ -174,9 +270,12 @@ class Database:
             return False
         restarted = False
         if self.embedded and self.url:
-            restarted = await asyncio.to_thread(
-                embedded.ensure_running, self.settings.embedded_data_dir, self.settings.server_settings()
-            )
+            try:
+                restarted = await asyncio.to_thread(
+                    embedded.ensure_running, self.settings.embedded_data_dir, self.settings.server_settings()
+                )
+            except OSError as exc:
+                raise DatabaseError(f"cannot restart the embedded PostgreSQL server: {exc}") from exc
         await self.engine.dispose()  # every pooled connection shares the fate of the one that broke
         return restarted
 
@@ -198,11 +297,17 @@ class Database:
         return LimitedConnections(self, connections, lend)
 
     async def close(self) -> None:
+        if self.direct is not None:
+            await self.direct.dispose()
+            self.direct = None
         if self.engine is not None:
             await self.engine.dispose()
             self.engine = None
         if self.embedded and self.url:
-            await asyncio.to_thread(embedded.stop, self.settings.embedded_data_dir)
+            try:
+                await asyncio.to_thread(embedded.stop, self.settings.embedded_data_dir)
+            except OSError as exc:  # the lock file cannot be written: the server's last user stops it
+                log.warning("could not release the embedded server in %s: %s", self.settings.embedded_data_dir, exc)
             self.url = ""
 
 

@@ -100,10 +100,11 @@ def start(data_dir: Path | None, server_settings: Mapping[str, str] | None = Non
     with _lock:
         with _file_lock(path) as users:
             current = _ensure_running(path, dict(server_settings or {}), users)
+            # under the lock: two first starts would both find no database and race to create it
+            _ensure_database(current)
             if _me() not in users:
                 users.append(_me())
         _users[path] = _users.get(path, 0) + 1
-    _ensure_database(current)
     return current.url()
 
 
@@ -131,7 +132,7 @@ def ensure_running(data_dir: Path | None, server_settings: Mapping[str, str] | N
             return False
         log.warning("the embedded PostgreSQL server in %s is not running; restarting it", path)
         current = _ensure_running(path, dict(server_settings or {}), users)
-    _ensure_database(current)
+        _ensure_database(current)
     return True
 
 

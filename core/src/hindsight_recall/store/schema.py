@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -10,6 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
+
+if TYPE_CHECKING:
+    from .db import Database
+
+log = logging.getLogger(__name__)
 
 #: Columns every arm selects, in the order :class:`~hindsight_recall.types.MemoryRow` expects.
 ROW_COLUMNS = (
@@ -156,42 +166,54 @@ def _v7(dimensions: int) -> list[str]:
 #: this many memories is searched through the shared HNSW indexes; below it, an exact scan of its
 #: rows over the (bank_id, fact_type) btree is fast and never misses a neighbour
 ANN_MIN_ROWS = 5_000
+#: Rows rewritten per transaction when an upgrade fills a new column of existing rows.
+BACKFILL_BATCH_ROWS = 10_000
 
 
-def ann_index_statements() -> list[str]:
+def ann_indexes() -> dict[str, str]:
     """One HNSW index per fact type over the rows of every bank of ``VECTOR_INDEX_MIN_ROWS`` or more.
 
     The index set does not grow with the number of banks, so planning time stays flat and no retain
     or delete runs DDL. A search filters its bank inside the index scan (iterative scans).
     """
-    return [
-        f"CREATE INDEX IF NOT EXISTS idx_mu_ann_{ft} ON memory_units USING hnsw (embedding vector_cosine_ops) "
-        f"WHERE ann AND fact_type = '{ft}'"
+    return {
+        f"idx_mu_ann_{ft}": f"memory_units USING hnsw (embedding vector_cosine_ops) WHERE ann AND fact_type = '{ft}'"
         for ft in FACT_TYPES
-    ]
+    }
+
+
+def ann_index_statements() -> list[str]:
+    """:func:`ann_indexes` as ``CREATE INDEX`` statements."""
+    return [f"CREATE INDEX IF NOT EXISTS {name} ON {body}" for name, body in ann_indexes().items()]
 
 
 def _v8(dimensions: int) -> list[str]:
     # Per-bank partial HNSW indexes made planning grow with the number of banks and put DDL in the
     # retain and delete transactions (deadlocks between concurrent first loads). Small banks are now
-    # scanned exactly; large ones are flagged (`ann`) into three shared indexes, built here in bulk.
+    # scanned exactly; large ones are flagged (`ann`) into three shared indexes (see _v8_rows).
     return [
         "ALTER TABLE banks ADD COLUMN IF NOT EXISTS indexed boolean NOT NULL DEFAULT false",
         "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS ann boolean NOT NULL DEFAULT false",
         # tokens of `text`, counted at retain so packing does not tokenize on every recall
         "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS token_count int",
-        "CREATE INDEX IF NOT EXISTS idx_mu_bank_type ON memory_units (bank_id, fact_type)",
-        # first: flagging rows below rewrites them, and a live HNSW index makes each rewrite slow
+        # first: flagging rows rewrites them, and a live HNSW index makes each rewrite slow
         "DO $$ DECLARE r record; BEGIN FOR r IN SELECT indexname FROM pg_indexes "
         "WHERE schemaname = current_schema() AND tablename = 'memory_units' "
         "AND left(indexname, 11) = 'idx_mu_emb_' LOOP "
         "EXECUTE 'DROP INDEX IF EXISTS ' || quote_ident(r.indexname); END LOOP; END $$",
-        "UPDATE banks SET indexed = true WHERE bank_id IN "
-        f"(SELECT bank_id FROM memory_units GROUP BY bank_id HAVING count(*) >= {int(ANN_MIN_ROWS)})",
-        "UPDATE memory_units SET ann = true WHERE bank_id IN (SELECT bank_id FROM banks WHERE indexed)",
-        "SET LOCAL maintenance_work_mem = '1GB'",
-        *ann_index_statements(),
     ]
+
+
+async def _v8_rows(upgrade: Upgrade) -> None:
+    await upgrade.execute(
+        "UPDATE banks SET indexed = true WHERE NOT indexed AND bank_id IN "
+        f"(SELECT bank_id FROM memory_units GROUP BY bank_id HAVING count(*) >= {int(ANN_MIN_ROWS)})"
+    )
+    await upgrade.in_batches(
+        "UPDATE memory_units SET ann = true WHERE id > :after AND id <= :upto AND NOT ann "
+        "AND bank_id IN (SELECT bank_id FROM banks WHERE indexed)"
+    )
+    await upgrade.create_indexes({"idx_mu_bank_type": "memory_units (bank_id, fact_type)", **ann_indexes()})
 
 
 #: A memory's document for position and context: its document id, else its chunk.
@@ -216,20 +238,42 @@ def _v9(dimensions: int) -> list[str]:
     # on a GiST index (plus the mentioned_at btree), instead of four ORed ranges on three indexes.
     return [
         "ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS position int",
-        f"""UPDATE memory_units u SET position = o.place FROM (
-            SELECT id, row_number() OVER (PARTITION BY bank_id, {DOCUMENT_KEY} ORDER BY {_NATURAL_ORDER}) - 1 AS place
-            FROM memory_units WHERE {DOCUMENT_KEY} IS NOT NULL) AS o
-            WHERE u.id = o.id AND u.position IS NULL""",
-        f"CREATE INDEX IF NOT EXISTS idx_mu_document_position ON memory_units (bank_id, ({DOCUMENT_KEY}), position) "
-        "WHERE position IS NOT NULL",
         "CREATE EXTENSION IF NOT EXISTS btree_gist",
-        # not partial: the planner cannot prove the window test implies "a date is set", and then skips it
-        f"CREATE INDEX IF NOT EXISTS idx_mu_occurred_range ON memory_units USING gist (bank_id, fact_type, "
-        f"{OCCURRED_RANGE})",
     ]
 
 
-#: version -> statements (a function of the embedding dimension). Append; never edit a released one.
+async def backfill_positions(upgrade: Upgrade) -> None:
+    """Give every old row with a document its place in it (migration 9); rows with a place keep it.
+
+    The places are computed once into a work table (a read: nothing is locked), then written in batches.
+    """
+    await upgrade.execute("DROP TABLE IF EXISTS hindsight_upgrade_positions")
+    await upgrade.execute(
+        "CREATE UNLOGGED TABLE hindsight_upgrade_positions AS SELECT id, row_number() OVER "
+        f"(PARTITION BY bank_id, {DOCUMENT_KEY} ORDER BY {_NATURAL_ORDER}) - 1 AS place "
+        f"FROM memory_units WHERE {DOCUMENT_KEY} IS NOT NULL"
+    )
+    await upgrade.execute("ALTER TABLE hindsight_upgrade_positions ADD PRIMARY KEY (id)")
+    await upgrade.execute("ANALYZE hindsight_upgrade_positions")
+    await upgrade.in_batches(
+        "UPDATE memory_units u SET position = p.place FROM hindsight_upgrade_positions p "
+        "WHERE p.id = u.id AND u.id > :after AND u.id <= :upto AND p.id > :after AND p.id <= :upto "
+        "AND u.position IS NULL"
+    )
+    await upgrade.execute("DROP TABLE hindsight_upgrade_positions")
+
+
+async def _v9_rows(upgrade: Upgrade) -> None:
+    await backfill_positions(upgrade)
+    await upgrade.create_indexes({
+        "idx_mu_document_position": f"memory_units (bank_id, ({DOCUMENT_KEY}), position) WHERE position IS NOT NULL",
+        # not partial: the planner cannot prove the window test implies "a date is set", and then skips it
+        "idx_mu_occurred_range": f"memory_units USING gist (bank_id, fact_type, {OCCURRED_RANGE})",
+    })
+
+
+#: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
+#: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9,
 }
@@ -243,34 +287,152 @@ async def _reid(conn: AsyncConnection) -> None:
 
 #: version -> a data step run after that version's statements, in the same transaction.
 DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _reid}
+#: version -> work on existing rows run after that version's transaction and before it is recorded:
+#: row rewrites in batches, indexes built concurrently, so recalls and retains go on meanwhile. Each
+#: step is idempotent: an upgrade stopped half-way resumes at the next start.
+ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {8: _v8_rows, 9: _v9_rows}
 
 
-async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBackend) -> None:
+class Upgrade:
+    """Runs row migrations on a connection: in batches with indexes built concurrently on a populated
+    database, or inside the migration's own transaction on an empty one (nothing to wait for there).
+
+    Online, indexes are built after every pending version's rows are rewritten (:meth:`build_indexes`):
+    a rewrite costs several times more with a live HNSW index to update.
+
+    :param conn: an autocommit connection without statement timeout, or a connection in a transaction.
+    :param online: batch, defer and build ``CONCURRENTLY`` (needs autocommit).
+    """
+
+    def __init__(self, conn: AsyncConnection, online: bool) -> None:
+        self.conn, self.online = conn, online
+        self.pending: dict[str, str] = {}
+
+    async def execute(self, statement: str, params: dict[str, Any] | None = None) -> None:
+        await self.conn.execute(text(statement), params or {})
+
+    async def in_batches(self, statement: str) -> None:
+        """Run ``statement`` over ``memory_units`` id ranges ``(:after, :upto]`` of
+        :data:`BACKFILL_BATCH_ROWS` rows, each its own transaction when online."""
+        after = uuid.UUID(int=0)
+        started = time.perf_counter()
+        while True:
+            upto = await self.conn.scalar(text(
+                "SELECT id FROM (SELECT id FROM memory_units WHERE id > :after ORDER BY id LIMIT :n) t "
+                "ORDER BY id DESC LIMIT 1"
+            ), {"after": after, "n": BACKFILL_BATCH_ROWS})
+            if upto is None:
+                log.info("upgrade: %s ... in %.1f s", statement[:60], time.perf_counter() - started)
+                return
+            await self.execute(statement, {"after": after, "upto": upto})
+            after = upto
+
+    async def create_indexes(self, indexes: dict[str, str]) -> None:
+        """``CREATE INDEX IF NOT EXISTS name ON body`` for each: at once, or online at :meth:`build_indexes`."""
+        self.pending.update(indexes)
+        if not self.online:
+            await self.build_indexes()
+
+    async def build_indexes(self) -> None:
+        """Build the pending indexes (``CONCURRENTLY`` online); an invalid index left by an interrupted
+        concurrent build is dropped and built again."""
+        if self.online:
+            # HNSW builds run several times faster when the graph fits in memory
+            await self.execute("SELECT set_config('maintenance_work_mem', greatest("
+                               "pg_size_bytes(current_setting('maintenance_work_mem')), pg_size_bytes('1GB')) "
+                               "/ 1024 || 'kB', false)")
+        how = "CONCURRENTLY " if self.online else ""
+        for name, body in self.pending.items():
+            broken = await self.conn.scalar(text(
+                "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = :name AND n.nspname = current_schema()"
+            ), {"name": name})
+            if broken:
+                await self.execute(f"DROP INDEX {how}IF EXISTS {name}")
+            started = time.perf_counter()
+            await self.execute(f"CREATE INDEX {how}IF NOT EXISTS {name} ON {body}")
+            log.info("upgrade: index %s built in %.1f s", name, time.perf_counter() - started)
+        self.pending.clear()
+
+
+async def migrate(db: Database, dimensions: int, backend: TextSearchBackend) -> None:
     """Bring the schema up to date, idempotently and safely under concurrent start-ups.
 
-    :param conn: a connection inside a transaction.
+    Each version's DDL runs in its own short transaction. On a populated database its row work
+    (:data:`ROW_MIGRATIONS`) follows in batches, without a statement timeout, and the new indexes
+    are built concurrently once every version's rows are done; the versions are recorded last, so
+    an upgrade stopped half-way resumes at the next start. Refuses a database a newer release upgraded.
+
+    :param db: the open database.
     :param dimensions: the embedding dimension of the configured provider.
     :param backend: the selected text-search backend.
     """
-    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('hindsight_recall.migrate'))"))
-    await conn.execute(text(
-        "CREATE TABLE IF NOT EXISTS hindsight_meta (key text PRIMARY KEY, value text NOT NULL)"
-    ))
-    await conn.execute(text(
-        "CREATE TABLE IF NOT EXISTS hindsight_migrations "
-        "(version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-    ))
-    done = set((await conn.execute(text("SELECT version FROM hindsight_migrations"))).scalars())
-    for version in sorted(MIGRATIONS):
-        if version in done:
-            continue
+    async with db.migration_lock():
+        async with db.connect() as conn:
+            await conn.execute(text(
+                "CREATE TABLE IF NOT EXISTS hindsight_meta (key text PRIMARY KEY, value text NOT NULL)"
+            ))
+            await conn.execute(text(
+                "CREATE TABLE IF NOT EXISTS hindsight_migrations "
+                "(version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            ))
+            done = set((await conn.execute(text("SELECT version FROM hindsight_migrations"))).scalars())
+        _check_version(done)
+        async with contextlib.AsyncExitStack() as stack:
+            upgrade: Upgrade | None = None
+            online: list[int] = []
+            started = time.perf_counter()
+            for version in sorted(MIGRATIONS):
+                if version in done or await _apply(db, version, dimensions):
+                    continue
+                if upgrade is None:
+                    log.warning("upgrading the schema: rewriting rows in batches, then building indexes "
+                                "concurrently; other processes' recalls and retains go on meanwhile")
+                    upgrade = Upgrade(await stack.enter_async_context(db.maintenance()), online=True)
+                await ROW_MIGRATIONS[version](upgrade)
+                online.append(version)
+            if upgrade is not None:
+                await upgrade.build_indexes()
+                for version in online:
+                    await _record(upgrade.conn, version)
+                log.warning("schema versions %s are in place after %.1f s", online, time.perf_counter() - started)
+        async with db.connect() as conn:
+            await _check_dimensions(conn, dimensions)
+            await _install_text_search(conn, backend)
+
+
+def _check_version(done: set[int]) -> None:
+    """Old code must not run on a schema it does not know: its writes would miss what newer code expects."""
+    newest, known = max(done, default=0), max(MIGRATIONS)
+    if newest > known:
+        raise ConfigError(
+            f"this database's schema is at version {newest}, written by a newer hindsight-recall; this one "
+            f"knows versions up to {known}. Upgrade hindsight-recall (pip install -U hindsight-recall) "
+            "everywhere this database is used; a schema is never downgraded."
+        )
+
+
+async def _apply(db: Database, version: int, dimensions: int) -> bool:
+    """One version's DDL in a transaction; True when it is done (and recorded), False when its row
+    work is left to do online because the table holds rows."""
+    row_work = ROW_MIGRATIONS.get(version)
+    async with db.connect() as conn:
+        await conn.execute(text("SET LOCAL statement_timeout = 0"))
         for statement in MIGRATIONS[version](dimensions):
             await conn.execute(text(statement))
         if version in DATA_MIGRATIONS:
             await DATA_MIGRATIONS[version](conn)
-        await conn.execute(text("INSERT INTO hindsight_migrations (version) VALUES (:v)"), {"v": version})
-    await _check_dimensions(conn, dimensions)
-    await _install_text_search(conn, backend)
+        if row_work is not None:
+            if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM memory_units)")):
+                return False
+            await row_work(Upgrade(conn, online=False))
+        await _record(conn, version)
+    return True
+
+
+async def _record(conn: AsyncConnection, version: int) -> None:
+    await conn.execute(text("INSERT INTO hindsight_migrations (version) VALUES (:v) ON CONFLICT DO NOTHING"),
+                       {"v": version})
 
 
 async def _check_dimensions(conn: AsyncConnection, dimensions: int) -> None:
