@@ -441,8 +441,9 @@ RECIPES: dict[str, Recipe] = {
         pkg_config=("liblz4", "libzstd"),
         apt=("liblz4-dev", "libzstd-dev", "make", "gcc"),
         preload=True,
-        # shard moves (the rebalancer) copy shards with logical replication
-        settings={"wal_level": "logical"},
+        # shard moves (the rebalancer) copy shards with logical replication, connecting to the
+        # node itself by this name
+        settings={"wal_level": "logical", "citus.local_hostname": "'127.0.0.1'"},
         minutes=4,
     ),
 }
@@ -534,7 +535,7 @@ def start_server(installation: Installation, *, password: str | None = None,
     try:
         # libpq reads this file in the server too: Citus nodes reach each other with the shared password.
         passfile = folder / "pgpass"
-        passfile.write_text(f"127.0.0.1:*:*:postgres:{server.password}\n")
+        passfile.write_text(f"*:*:*:postgres:{server.password}\n")
         passfile.chmod(0o600)
         pwfile = folder / "password"
         pwfile.write_text(server.password + "\n")
