@@ -1,7 +1,7 @@
 """LoCoMo dev smoke on a live pg_textsearch server (see hindsight_recall.testing.locomo_smoke).
 
-Floors: the full dev split gave fused hit_any@10 .779 and the keyword arm .682 (docs/backends.md); the
-floors are those minus 0.06. A keyword arm that stops ranking (every match scored alike) falls far below.
+Floors: the full dev split gave fused hit_any@10 .779 and the keyword arm .682 (docs/backends.md), this
+slice .797 and .675; each floor is the lower of the two minus 0.05, rounded down.
 """
 
 from __future__ import annotations
