@@ -95,3 +95,21 @@ def test_an_unbuildable_server_skips_with_the_reason_or_fails_when_required(
     with pytest.raises(pytest.fail.Exception, match="HINDSIGHT_TEST_EXTENSION_SERVERS_REQUIRED is set"):
         servers.url("pgroonga")
     assert os.environ[plugin.SERVERS_ENV]
+
+
+def test_a_failed_build_is_not_retried_in_the_session(
+    servers: ExtensionServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def broken(name: str) -> None:
+        calls.append(name)
+        raise plugin.pgserver.BuildError("pgroonga-4.0.6: ninja failed (exit 1)")
+
+    monkeypatch.setattr(plugin.pgserver, "install", broken)
+    monkeypatch.setenv(plugin.SERVERS_ENV, "pgroonga")
+    with pytest.raises(plugin.pgserver.BuildError):
+        servers.url("pgroonga")
+    with pytest.raises(pytest.fail.Exception, match="the build failed earlier in this session: pgroonga-4.0.6: ninja"):
+        servers.url("pgroonga")
+    assert calls == ["pgroonga"]

@@ -38,6 +38,8 @@ DATABASE_URL_ENV = "HINDSIGHT_TEST_DATABASE_URL_{}"
 SERVERS_ENV = "HINDSIGHT_TEST_EXTENSION_SERVERS"
 #: Set to 1 to fail, rather than skip, when such a server cannot be built here (CI sets it).
 REQUIRED_ENV = "HINDSIGHT_TEST_EXTENSION_SERVERS_REQUIRED"
+#: Marks a remembered build failure in :class:`ExtensionServers` (as opposed to a missing source or tool).
+FAILED = "build failed: "
 #: The marker of tests that need a server and the model stack.
 LIVE = "hindsight_live"
 #: Fixtures that make a test live.
@@ -112,6 +114,13 @@ class ExtensionServers:
                 return self._servers[backend_name]
             except pgserver.Unavailable as exc:
                 reason = self._unavailable[backend_name] = f"no {backend_name} server: {exc}"
+            except pgserver.BuildError as exc:
+                # one failed build per session: the other classes fail at once with the same reason
+                self._unavailable[backend_name] = f"{FAILED}{exc}"
+                raise
+        if reason.startswith(FAILED):
+            pytest.fail(f"{backend_name}: the build failed earlier in this session: {reason.removeprefix(FAILED)}",
+                        pytrace=False)
         if os.environ.get(REQUIRED_ENV, "").strip() not in ("", "0"):
             pytest.fail(f"{reason} ({REQUIRED_ENV} is set)", pytrace=False)
         pytest.skip(reason)
