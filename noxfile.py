@@ -1,8 +1,9 @@
 """Sessions: ``tests`` (the whole suite as ``tests(all)``, plus ``tests(<ext>)`` per text-search extension),
 ``lint`` and ``demo``.
 
-Each session installs only what it runs: ``tests(<ext>)`` without a server URL checks SQL only and
-installs no model stack; ``tests(all)`` installs everything.
+Each session installs only what it runs: ``tests(native)``, ``tests(vchord)`` and ``tests(pg_search)``
+without a server URL check SQL only and install no model stack; ``tests(pg_textsearch)`` and
+``tests(pgroonga)`` build their extension (cached) and run live; ``tests(all)`` installs everything.
 """
 
 from __future__ import annotations
