@@ -9,7 +9,6 @@ from ..hookspecs import hookimpl
 from ..settings import Settings
 from ..types import Budget
 
-
 #: The budget B the arms' inner pools were sized at: the default of RECALL_BUDGET_FIXED_MID.
 REFERENCE_BUDGET = 300
 

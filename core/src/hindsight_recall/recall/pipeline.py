@@ -28,7 +28,7 @@ from .fusion import (
     fuse,
     interleave,
     parse_boosts,
-    parse_weights,
+    set_boosts,
 )
 from .packing import pack
 from .request import RecallRequest
@@ -129,16 +129,16 @@ async def _recall(
 
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
-        weights = parse_weights(config.recall_rrf_weights)
         candidates, fused = fuse(lists, config)
+        boosts = parse_boosts(config.recall_strategy_boosts)
+        set_boosts(candidates, boosts, config)  # stage 1, on the fusion's own scale
         details.update(candidates=len(candidates), **fused)
     with trace.phase("context") as details:
         candidates, found = await apply_context(ctx, candidates)
         details.update(found)
-    boosts = parse_boosts(config.recall_strategy_boosts)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
-        candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
+        candidates, dropped = cap_candidates(candidates, cap)
         details.update(
             kept=len(candidates),
             dropped=dropped,
@@ -162,7 +162,8 @@ async def _recall(
                 c.final = c.rrf_score
         else:
             _score(candidates, now, config)
-            if boosts and not rerank_details.get("passthrough"):  # boosts reorder model scores, not passthrough
+            # stage 2 on the model's scores; a passthrough's scores hold the stage-1 boost already
+            if boosts and not rerank_details.get("passthrough"):
                 add_rank_boosts(candidates, boosts)
             candidates.sort(key=lambda c: -c.final)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))

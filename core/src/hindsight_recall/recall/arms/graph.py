@@ -40,10 +40,10 @@ from ...hookspecs import hookimpl
 from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...types import ArmResult
+from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._compose import ArmStatement
 from ._rows import COLUMNS, DISTANCE, base_params, run_union, where_for
-from ..budget import scaled
 from .semantic import ef_search, vector_literal
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,8 @@ def expansion_sql(
     guard = s.link_expansion_max_entity_fraction < 1
     params: dict[str, Any] = {
         **base_params(ctx), "embedding": vector_literal(ctx.embedding),
-        "seed_floor": s.graph_seed_min_similarity, "seed_limit": scaled(SEEDS_AT_MID, ctx.limit, floor=5), "limit": ctx.limit,
+        "seed_floor": s.graph_seed_min_similarity, "seed_limit": scaled(SEEDS_AT_MID, ctx.limit, floor=5),
+        "limit": ctx.limit,
         # one row past the cap tells a saturated entity apart from one that just fills it
         "entity_fetch": cap + 1 if guard else cap, "per_entity": cap,
         "fraction": s.link_expansion_max_entity_fraction,

@@ -33,9 +33,9 @@ from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...store.schema import OCCURRED_RANGE
 from ...types import ArmResult, Hit, MemoryRow, TimeWindow
+from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._rows import COLUMNS, DISTANCE, base_params, row_from, run_union, where_for
-from ..budget import scaled
 from .semantic import ef_search, vector_literal
 
 #: the pool per fact type at the mid budget (B = 300); it scales with B (budget.scaled)
