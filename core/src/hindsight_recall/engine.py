@@ -20,7 +20,7 @@ from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
-from .store import banks
+from .store import banks, token_counts
 from .store.db import Database, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -89,6 +89,9 @@ class Engine:
         try:
             async with self.db.connect() as conn:
                 await migrate(conn, dimensions, self.text_search)
+                if await token_counts.reconcile(conn, self.tokens.counts_key):
+                    log.warning("stored token counts were made under another TOKENIZER_ENCODING; "
+                                "cleared: recalls count those memories until they are retained again")
         except DBAPIError as exc:
             await self.db.close()
             raise DatabaseError(_schema_failure(exc, self.settings.text_search_extension)) from None

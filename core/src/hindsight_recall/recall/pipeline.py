@@ -178,7 +178,7 @@ async def _recall(
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         count = _token_counter(engine)
-        uncounted = [c for c in top if c.row.token_count is None]  # rows stored before token counts
+        uncounted = [c for c in top if c.row.token_count is None]  # rows stored before, or recounted
         if incomplete(uncounted):
             async with ctx.db.connect() as conn:
                 await complete(conn, req.bank_id, uncounted)
@@ -269,10 +269,12 @@ def _start(arm: Retriever, ctx: RetrievalContext) -> asyncio.Task[list[ArmResult
 
 
 def _token_counter(engine: RecallServices) -> Any:
-    """Tokens of a candidate: the count stored at retain, else counted now (rows from before it was stored)."""
+    """Tokens of what a candidate returns: the count stored at retain, else counted now (rows stored
+    before counts were, or counted under another TOKENIZER_ENCODING)."""
     def count(c: Candidate) -> int:
         stored = c.row.token_count
-        return stored if stored is not None else engine.tokens.count(c.row.text)
+        return stored if stored is not None else engine.tokens.count_returned(c.row.text, c.row.context,
+                                                                               c.row.metadata)
     return count
 
 
