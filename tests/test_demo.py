@@ -9,9 +9,12 @@ from hindsight_recall import Engine
 from hindsight_recall.demo import sample_bank, sample_questions
 
 QUESTIONS = sample_questions()
-# Neither a season ("last spring") nor a quarter ("Q3 2023") is read as a time window, so these
-# two rank by their words, and "last" and "2023" match the resignation ("last working day ... 2023").
-UNREAD_WINDOWS = {"What did Alice do last spring?", "What happened in Q3 2023?"}
+# Both windows are read (March to May 2023; July to September 2023), but the words of the date
+# match the resignation, "her last working day there was 30 June 2023": "last" is the rarest
+# keyword of the first question and "2023" of the second, where the memory, mentioned on 2 July,
+# also falls inside the window. The keyword arm runs before the window is known, so it cannot
+# leave the date's words out (yet).
+DATE_WORDS_MATCH = {"What did Alice do last spring?", "What happened in Q3 2023?"}
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +26,8 @@ async def demo_bank(engine: Engine) -> str:
 
 
 @pytest.mark.parametrize("question", [
-    pytest.param(q, id=q["query"], marks=pytest.mark.xfail(strict=True, reason="the window is not recognised"))
-    if q["query"] in UNREAD_WINDOWS else pytest.param(q, id=q["query"])
+    pytest.param(q, id=q["query"], marks=pytest.mark.xfail(strict=True, reason="the date's words match"))
+    if q["query"] in DATE_WORDS_MATCH else pytest.param(q, id=q["query"])
     for q in QUESTIONS
 ])
 async def test_demo_question_puts_an_answer_first(engine: Engine, demo_bank: str, question: dict[str, Any]) -> None:
