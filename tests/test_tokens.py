@@ -57,3 +57,19 @@ async def test_a_new_encoding_recounts_the_stored_counts(make_settings: Callable
         assert (await stored_counts(engine, bank))["new"] == returned({"text": "Bob keeps wasps."})
     async with Engine(make_settings()) as engine:  # and back: the new row's count goes too
         assert await stored_counts(engine, bank) == {"short": None, "new": None}
+
+
+async def test_an_upgrade_clears_only_the_counts_that_left_out_a_context_or_metadata(
+    make_settings: Callable[..., Any], bank: str
+) -> None:
+    plain = {"id": "plain", "text": "Bob keeps wasps."}
+    async with Engine(make_settings()) as engine:
+        await engine.retain(bank, [plain, SHORT, LONG])
+        async with engine.db.connect() as conn:  # as the code before the key stored them: the text alone
+            await conn.execute(text("DELETE FROM hindsight_meta WHERE key = 'token_counts'"))
+            await conn.execute(text("UPDATE memory_units SET token_count = 4 WHERE bank_id = :b"), {"b": bank})
+    async with Engine(make_settings()) as engine:
+        assert await stored_counts(engine, bank) == {"plain": 4, "short": None, "long": None}
+        async with engine.db.connect() as conn:
+            key = await conn.scalar(text("SELECT value FROM hindsight_meta WHERE key = 'token_counts'"))
+        assert key == engine.tokens.counts_key == "cl100k_base:text+context+metadata"

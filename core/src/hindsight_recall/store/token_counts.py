@@ -18,6 +18,10 @@ KEY = "token_counts"
 async def reconcile(conn: AsyncConnection, counts_key: str) -> bool:
     """Clear counts made under another key and record ``counts_key``; return whether any were cleared.
 
+    Another encoding clears every count. A database from before the key was recorded counted the
+    text alone, with (we assume) the same encoding: only its memories with a context or metadata
+    have another count now, so only theirs are cleared, and an upgrade rewrites no other row.
+
     :param conn: a connection inside a transaction (after the schema migrations).
     :param counts_key: :attr:`hindsight_recall.tokens.TokenCounter.counts_key`.
     """
@@ -25,10 +29,10 @@ async def reconcile(conn: AsyncConnection, counts_key: str) -> bool:
     current = await conn.scalar(text("SELECT value FROM hindsight_meta WHERE key = :key"), {"key": KEY})
     if current == counts_key:
         return False
-    # a database from before the key was recorded holds counts of the text alone: cleared as well
-    cleared = (await conn.execute(text(
-        "UPDATE memory_units SET token_count = NULL WHERE token_count IS NOT NULL"
-    ))).rowcount
+    stale = "token_count IS NOT NULL"
+    if current is None:
+        stale += " AND (coalesce(context, '') <> '' OR metadata IS NOT NULL)"
+    cleared = (await conn.execute(text(f"UPDATE memory_units SET token_count = NULL WHERE {stale}"))).rowcount
     await conn.execute(text(
         "INSERT INTO hindsight_meta (key, value) VALUES (:key, :value) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
