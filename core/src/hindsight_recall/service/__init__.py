@@ -1,0 +1,1 @@
+"""The service face of the engine: HTTP and MCP servers over one warm engine."""
