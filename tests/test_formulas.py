@@ -5,10 +5,20 @@ from __future__ import annotations
 import math
 import uuid
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 from hindsight_recall.recall.budget import AdaptiveBudget, FixedBudget
-from hindsight_recall.recall.fusion import arm_lists, boosted_key, cap_candidates, fuse, min_max, rrf_fuse, score_fuse
+from hindsight_recall.recall.fusion import (
+    arm_lists,
+    boosted_key,
+    cap_candidates,
+    fuse,
+    min_max,
+    rrf_fuse,
+    score_fuse,
+    set_boosts,
+)
 from hindsight_recall.recall.packing import pack
 from hindsight_recall.recall.scoring import (
     apply_floors,
@@ -77,7 +87,7 @@ def test_cap_keeps_the_best_and_never_rewrites_rrf() -> None:
     cands = rrf_fuse({"semantic": hits(*"abcdef")})
     kept, dropped = cap_candidates(cands, 4)
     assert [c.row.external_id for c in kept] == list("abcd") and dropped == 2
-    boosted, _ = cap_candidates(rrf_fuse({"semantic": hits(*"abcd"), "graph": hits("z")}), 3, {"graph": "high"})
+    boosted, _ = capped(rrf_fuse({"semantic": hits(*"abcd"), "graph": hits("z")}), 3, {"graph": "high"})
     assert "z" in [c.row.external_id for c in boosted]
     assert all(c.rrf_score == pytest.approx(sum(1 / (60 + r) for r in c.source_ranks.values())) for c in boosted)
 
@@ -212,14 +222,14 @@ def test_adaptive_budget(level: str, max_tokens: int, expected: int) -> None:
 def test_rrf_k_is_configurable() -> None:
     fused = rrf_fuse({"semantic": hits("a", "b"), "keyword": hits("b", "a")}, k=5)
     assert fused[0].rrf_score == pytest.approx(1 / 6 + 1 / 7)
-    kept, _ = cap_candidates(rrf_fuse({"semantic": hits(*"abc"), "graph": hits("z")}, k=5), 2, {"graph": "high"}, k=5)
+    kept, _ = capped(rrf_fuse({"semantic": hits(*"abc"), "graph": hits("z")}, k=5), 2, {"graph": "high"}, k=5)
     assert "z" in [c.row.external_id for c in kept]
 
 
 def test_graph_high_boost_keeps_the_heads_of_other_arms_in_the_cap() -> None:
     lists = {"semantic": hits(*(f"s{i}" for i in range(100))), "keyword": hits(*(f"k{i}" for i in range(100))),
              "graph": hits(*(f"g{i}" for i in range(300)))}
-    kept, dropped = cap_candidates(rrf_fuse(lists), 50, {"graph": "high"})
+    kept, dropped = capped(rrf_fuse(lists), 50, {"graph": "high"})
     names = {c.row.external_id for c in kept}
     assert dropped == 450
     assert {f"s{i}" for i in range(5)} <= names and {f"k{i}" for i in range(5)} <= names
@@ -283,3 +293,38 @@ def test_bench_ablation_without_semantic_silences_it_in_either_fusion() -> None:
     assert parse_score_weights(update["recall_score_weights"])["semantic"] == 0.0
     assert parse_weights(update["recall_rrf_weights"])["semantic"] == 0.0
     assert parse_score_weights(update["recall_score_weights"])["keyword"] == 1.0  # the others keep theirs
+
+
+def capped(candidates: list[Candidate], cap: int, boosts: dict[str, str], fusion: str = "rrf", k: int = 60,
+           weights: str = "") -> tuple[list[Candidate], int]:
+    """The pre-rerank cap after the stage-1 boosts of a fusion."""
+    set_boosts(candidates, boosts, SimpleNamespace(recall_fusion=fusion, recall_rrf_k=k, recall_rrf_weights=weights))
+    return cap_candidates(candidates, cap)
+
+
+def test_score_fusion_boost_counts_the_boosted_arms_share_d_times() -> None:
+    lists = {"semantic": scored(("a", 0.9), ("b", 0.6), ("c", 0.3)), "graph": scored(("z", 0.8), ("y", 0.2))}
+    weights = {"semantic": 1.0, "graph": 0.3}
+    # fused: a 1.0, b 0.5, z 0.3, c 0, y 0 (y and c at the bottom of their lists)
+    assert [c.row.external_id for c in score_fuse(lists, weights)] == ["a", "b", "z", "c", "y"]
+
+    def kept(level: str) -> list[str]:
+        cands = score_fuse(lists, weights)
+        return [c.row.external_id for c in capped(cands, 2, {"graph": level}, fusion="score")[0]]
+
+    # z's 0.3 counts 2, 4 or 8 times: 0.6 passes b's 0.5, 1.2 and 2.4 pass a's 1.0 too
+    assert kept("low") == ["a", "z"]
+    assert kept("medium") == ["z", "a"] and kept("high") == ["z", "a"]
+    cands = score_fuse(lists, weights)
+    set_boosts(cands, {"graph": "low"}, SimpleNamespace(recall_fusion="score"))
+    assert {c.row.external_id: c.boost for c in cands} == pytest.approx({"a": 0, "b": 0, "c": 0, "z": 0.3, "y": 0})
+    assert [c.rrf_score for c in cands] == pytest.approx([1.0, 0.5, 0.3, 0.0, 0.0])  # never rewritten
+
+
+def test_rrf_boost_is_the_rank_division_with_the_configured_k_and_weights() -> None:
+    cands = rrf_fuse({"semantic": hits(*"abc"), "keyword": hits("z")}, k=5, weights={"keyword": 2.0})
+    set_boosts(cands, {"keyword": "high"}, SimpleNamespace(recall_fusion="rrf", recall_rrf_k=5,
+                                                              recall_rrf_weights="keyword:2"))
+    z = next(c for c in cands if c.row.external_id == "z")
+    assert z.boost == pytest.approx(2.0 * (1 / (5 + 1 / 8) - 1 / 6))
+    assert z.boost + z.rrf_score == pytest.approx(boosted_key(z, {"keyword": "high"}, 5, {"keyword": 2.0}))

@@ -202,3 +202,20 @@ def test_unknown_graph_retriever_warns_and_falls_back(
     with caplog.at_level("WARNING"):
         assert make_settings(graph_retriever="mpfp").graph_retriever == "link_expansion"
     assert "GRAPH_RETRIEVER" in caplog.text
+
+
+async def test_the_seeds_scale_with_the_budget(engine: Engine, bank: str) -> None:
+    # forty close matches, each sharing a rare entity with one memory the query does not match
+    await engine.retain(bank, [
+        *({"id": f"cello-{i}", "text": f"Priya played the cello at concert {i}.", "entities": [f"Hall {i}"]}
+          for i in range(40)),
+        *({"id": f"hall-{i}", "text": f"The roof of building {i} was repaired.", "entities": [f"Hall {i}"]}
+          for i in range(40)),
+    ])
+
+    async def reached(limit: int) -> int:
+        scores, _ = await expand(engine, bank, "Priya plays the cello", limit=limit)
+        return sum(name.startswith("hall-") for name in scores)
+
+    # B/15 seeds, 20 at the mid budget, at least 5: each seed reaches its hall
+    assert [await reached(b) for b in (30, 150, 300, 600)] == [5, 10, 20, 40]

@@ -176,3 +176,37 @@ async def test_bad_include_values(engine: Engine, alice: str) -> None:
         await engine.recall(alice, "Alice", include_source_facts=-5)
     with pytest.raises(InvalidRequest, match="max_tokens_per_observation"):
         await engine.recall(alice, "Alice", include_source_facts=10, source_facts_per_observation=-2)
+
+
+@pytest.mark.parametrize("fusion", ["score", "rrf"])
+async def test_boosts_order_a_recall_without_a_model_under_either_fusion(fusion: str) -> None:
+    from types import SimpleNamespace
+
+    from hindsight_recall.recall.fusion import score_fuse, set_boosts
+    from hindsight_recall.recall.rerank import PassthroughReranker, RerankStage
+    from hindsight_recall.settings import Settings
+
+    lists = {"keyword": [Hit(row(n), s) for n, s in (("k1", 0.9), ("k2", 0.5), ("k3", 0.1))],
+             "graph": [Hit(row(n), s) for n, s in (("g1", 0.8), ("g2", 0.1))]}
+    config = SimpleNamespace(recall_fusion=fusion, recall_rrf_k=5, recall_rrf_weights="")
+
+    async def order(boosts: dict[str, str]) -> list[str]:
+        fused = score_fuse(lists, {"graph": 0.3}) if fusion == "score" else rrf_fuse(lists, 5)
+        set_boosts(fused, boosts, config)
+        await RerankStage(PassthroughReranker(), Settings()).run("q", fused, "bank", passthrough=True)
+        return [c.row.external_id for c in sorted(fused, key=lambda c: -c.cross_encoder)]
+
+    assert (await order({}))[0] == "k1"
+    # without a model the boosted fused score is the order: graph's head passes keyword's
+    assert (await order({"graph": "high"}))[0] == "g1"
+
+
+@pytest.mark.parametrize("fusion", ["score", "rrf"])
+async def test_stage_two_boosts_order_a_models_scores_under_either_fusion(
+    make_settings: Any, alice: str, fusion: str
+) -> None:
+    async with Engine(make_settings(recall_fusion=fusion, recall_strategy_boosts="semantic:high"),
+                      reranker=EvenReranker()) as engine:
+        body = await engine.recall(alice, "Where does Alice work?", reranking="cross_encoder")
+    # equal model scores: 0.5 × 8/8 for semantic rank 1 against 0.5 × 8/9 for rank 2
+    assert [r["id"] for r in body["results"][:2]] == ["old-job", "job"]

@@ -125,9 +125,9 @@ async def test_no_vector_index_per_bank(engine: Engine, alice: str) -> None:
 
 async def test_token_count_stored_at_retain(engine: Engine, alice: str) -> None:
     async with engine.db.connect() as conn:
-        rows = (await conn.execute(text("SELECT text, token_count FROM memory_units WHERE bank_id = :b"),
-                                   {"b": alice})).all()
-    assert rows and all(r.token_count == engine.tokens.count(r.text) for r in rows)
+        rows = (await conn.execute(text("SELECT text, context, metadata, token_count FROM memory_units "
+                                        "WHERE bank_id = :b"), {"b": alice})).all()
+    assert rows and all(r.token_count == engine.tokens.count_returned(r.text, r.context, r.metadata) for r in rows)
 
 
 async def test_hostile_bank_ids_are_stored_safely(engine: Engine) -> None:

@@ -315,3 +315,28 @@ async def test_fact_types_spread_together_exactly_as_each_alone(engine: Engine, 
                                     types=[kind])
         assert temporal_results(both)[kind] == temporal_results(alone)[kind]
     assert {r["node_id"] for r in temporal_results(both)["experience"]} == {"experience0", "experience1", "experience2"}
+
+
+async def test_the_pool_scales_with_the_budget(engine: Engine, bank: str) -> None:
+    from hindsight_recall.protocols import RetrievalContext
+    from hindsight_recall.recall.arms.temporal import TemporalRetriever
+    from hindsight_recall.recall.filters import tag_filter
+    from hindsight_recall.recall.request import query_tokens
+
+    await engine.retain(bank, [{"id": f"walk{i}", "text": f"Alice walked her dog, walk number {i}.",
+                                "occurred_at": f"2023-03-{1 + i % 28:02d}T{i // 28:02d}:00:00Z"} for i in range(90)])
+    query = "Alice walked her dog"
+    vector = (await engine.embedder.embed([query], mode="query"))[0]
+
+    async def pool(limit: int) -> int:
+        ctx = RetrievalContext(
+            bank_id=bank, query=query, tokens=query_tokens(query), embedding=vector, fact_types=("world",),
+            limit=limit, filter=tag_filter(None, "any"), settings=engine.settings, db=engine.db.limited(4),
+            text_search=engine.text_search, now=datetime.now(UTC), window=TimeWindow(
+                datetime(2023, 3, 1, tzinfo=UTC), datetime(2023, 3, 31, 23, 59, 59, tzinfo=UTC)),
+        )
+        (result,) = await TemporalRetriever(engine.settings).retrieve(ctx)
+        return int(result.metadata["pool"])
+
+    # B/5 rows, 60 at the mid budget, never fewer than the ten entry points
+    assert [await pool(b) for b in (20, 100, 300, 1000)] == [10, 20, 60, 90]

@@ -72,9 +72,10 @@ class NativeBackend:
     Neither function knows how common a term is, so a name found in every memory of a bank counts
     as much as a rare word. With ``idf`` (the default) a memory's score is instead the mean over the
     query's terms of ``idf(t) × rank(memory, t)``, with the BM25 weight
-    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``: ``N`` the memories of the fact type the query can
-    see (bank, filter) and ``df`` those among them containing ``t``, both counted inside the arm's own
-    statement (``df`` over its matches, which hold every memory containing a query term).
+    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``: ``N`` the memories the query can see (bank,
+    filter, every fact type it searches) and ``df`` those among them containing ``t``, both counted
+    inside the arm's own statement (``df`` over its matches, which hold every memory containing a
+    query term).
     """
 
     name = "native"
@@ -174,26 +175,27 @@ class NativeBackend:
     def _idf_sql(self, columns: str, where: str) -> str:
         """The arm with IDF-weighted terms, in one statement: matches, counts, weights, scores.
 
-        Counts are per fact type, as the arm ranks each fact type apart: ranking them in one pass
-        or one statement per type gives the same scores. Every step is MATERIALIZED: inlined into
-        the per-row score, the counts ran once per matching row (hundreds of times slower).
+        ``N`` and ``df`` are counted over everything ``where`` lets the query see, i.e. every fact
+        type searched together: the arm's hits of all types are ranked in one list, so a term must
+        weigh the same in each (counted per type, a rare term weighed 2.6 among 20 observations
+        and 8.1 among 5,000 world facts). Every step is MATERIALIZED: inlined into the per-row
+        score, the counts ran once per matching row (hundreds of times slower).
         """
         return (
-            f"(WITH hits AS MATERIALIZED (SELECT {columns}, search_vector AS hit_vector, fact_type AS hit_type "
+            f"(WITH hits AS MATERIALIZED (SELECT {columns}, search_vector AS hit_vector "
             f"FROM memory_units WHERE {where} AND search_vector @@ {self._tsquery()}), "
             # one tsquery per term, each quoted as in :query_text so it reads as a word, never as syntax
             "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(CAST(:query_terms AS text[])) "
             f"AS t(term) CROSS JOIN LATERAL to_tsquery({_LANGUAGE}, quote_literal(t.term)) AS q "
             "WHERE numnode(q) > 0), "
-            "visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units "
-            f"WHERE {where} GROUP BY fact_type), "
-            "weights AS MATERIALIZED (SELECT visible.hit_type, terms.q, "
+            f"visible AS MATERIALIZED (SELECT count(*) AS n FROM memory_units WHERE {where}), "
+            "weights AS MATERIALIZED (SELECT terms.q, "
             "CAST(ln(1 + (visible.n - d.df + 0.5) / (d.df + 0.5)) AS float8) AS w "
             "FROM terms CROSS JOIN visible CROSS JOIN LATERAL (SELECT count(*) AS df FROM hits "
-            "WHERE hits.hit_type = visible.hit_type AND hits.hit_vector @@ terms.q) AS d), "
+            "WHERE hits.hit_vector @@ terms.q) AS d), "
             "scored AS MATERIALIZED (SELECT hits.*, "
-            f"(SELECT sum(w * {self.config.rank}(hits.hit_vector, q)) / count(*) FROM weights "
-            "WHERE weights.hit_type = hits.hit_type) AS bm25_score FROM hits) "
+            f"(SELECT sum(w * {self.config.rank}(hits.hit_vector, q)) / count(*) FROM weights) "
+            "AS bm25_score FROM hits) "
             f"SELECT {columns}, bm25_score FROM scored WHERE bm25_score >= :min_score "
             "ORDER BY bm25_score DESC, id LIMIT :limit)"
         )

@@ -64,3 +64,28 @@ def test_term_statistics_are_read_from_the_table(tmp_path: Path, hr_run: Callabl
 
     query = hr_run(run())
     assert query is not None and query.terms == ("pottery",)
+
+
+# The world facts are many, the observations few: a term found once in each weighs the same.
+MIXED = [
+    {"id": "kiln-world", "text": "The kiln reached its top temperature.", "type": "world"},
+    *({"id": f"world-{i}", "text": f"Bob walked to the station, step {i}.", "type": "world"} for i in range(40)),
+    {"id": "glaze-obs", "text": "Her glaze recipe: a celadon glaze.", "type": "observation", "sources": ["world-0"]},
+    {"id": "note-obs", "text": "Bob walks a lot.", "type": "observation", "sources": ["world-1"]},
+]
+
+
+def test_document_frequency_is_counted_over_the_fact_types_searched_together(
+    tmp_path: Path, hr_run: Callable[[Awaitable[Any]], Any]
+) -> None:
+    async def run() -> list[Any]:
+        async with Engine(_settings(tmp_path)) as engine:
+            await engine.retain("idf-mixed", MIXED)
+            return await keyword_hits(engine, "idf-mixed", "kiln glaze", types=["world", "observation"])
+
+    hits = {h.id: h.score for h in hr_run(run())}
+    # each term is in one memory of the 42 visible: the same weight, so the memory holding its
+    # term twice ranks higher, whichever fact type it is (counted per type, the 2 observations
+    # gave "glaze" a weight of 0.69 against 3.9 for "kiln" among the world facts)
+    assert set(hits) == {"kiln-world", "glaze-obs"}
+    assert hits["glaze-obs"] > hits["kiln-world"]

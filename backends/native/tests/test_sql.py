@@ -29,18 +29,17 @@ ARM = (
     "ORDER BY bm25_score DESC, id LIMIT :limit)"
 )
 IDF_ARM = (
-    "(WITH hits AS MATERIALIZED (SELECT id, text, fact_type, search_vector AS hit_vector, fact_type AS hit_type "
+    "(WITH hits AS MATERIALIZED (SELECT id, text, fact_type, search_vector AS hit_vector "
     f"FROM memory_units WHERE {WHERE} AND search_vector @@ {TSQUERY}), "
     "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(CAST(:query_terms AS text[])) AS t(term) "
     f"CROSS JOIN LATERAL to_tsquery({LANGUAGE}, quote_literal(t.term)) AS q WHERE numnode(q) > 0), "
-    f"visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units WHERE {WHERE} "
-    "GROUP BY fact_type), "
-    "weights AS MATERIALIZED (SELECT visible.hit_type, terms.q, "
+    f"visible AS MATERIALIZED (SELECT count(*) AS n FROM memory_units WHERE {WHERE}), "
+    "weights AS MATERIALIZED (SELECT terms.q, "
     "CAST(ln(1 + (visible.n - d.df + 0.5) / (d.df + 0.5)) AS float8) AS w "
     "FROM terms CROSS JOIN visible CROSS JOIN LATERAL (SELECT count(*) AS df FROM hits "
-    "WHERE hits.hit_type = visible.hit_type AND hits.hit_vector @@ terms.q) AS d), "
+    "WHERE hits.hit_vector @@ terms.q) AS d), "
     "scored AS MATERIALIZED (SELECT hits.*, (SELECT sum(w * ts_rank(hits.hit_vector, q)) / count(*) "
-    "FROM weights WHERE weights.hit_type = hits.hit_type) AS bm25_score FROM hits) "
+    "FROM weights) AS bm25_score FROM hits) "
     "SELECT id, text, fact_type, bm25_score FROM scored WHERE bm25_score >= :min_score "
     "ORDER BY bm25_score DESC, id LIMIT :limit)"
 )

@@ -21,7 +21,7 @@ from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
-from .store import banks
+from .store import banks, token_counts
 from .store.db import Database, database_error, database_errors, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -91,6 +91,10 @@ class Engine:
         await self.db.open()
         try:
             await migrate(self.db, dimensions, self.text_search)
+            async with self.db.connect() as conn:
+                if await token_counts.reconcile(conn, self.tokens.counts_key):
+                    log.warning("stored token counts were made under another TOKENIZER_ENCODING; "
+                                "cleared: recalls count those memories until they are retained again")
         except DBAPIError as exc:
             await self.db.close()
             raise DatabaseError(_schema_failure(exc, self.settings.text_search_extension)) from None

@@ -161,6 +161,11 @@ class Candidate:
     rrf_score: float
     rrf_rank: int = 0
     source_ranks: dict[str, int] = field(default_factory=dict)
+    #: score fusion: what each arm added to ``rrf_score`` (its weight × its min-max scaled score)
+    source_scores: dict[str, float] = field(default_factory=dict)
+    #: what the strategy boosts add to ``rrf_score`` when the pool is capped and, without a model,
+    #: ordered (fusion.set_boosts); on the fused score's scale
+    boost: float = 0.0
     semantic: float | None = None
     keyword: float | None = None
     temporal_proximity: float | None = None

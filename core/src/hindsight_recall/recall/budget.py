@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..hookspecs import hookimpl
 from ..settings import Settings
 from ..types import Budget
+
+#: The budget B the arms' inner pools were sized at: the default of RECALL_BUDGET_FIXED_MID.
+REFERENCE_BUDGET = 300
+
+
+def scaled(size: int, limit: int, floor: int = 1) -> int:
+    """An arm's inner pool for budget ``B`` = ``limit``: ``ceil(size × B / 300)``, at least ``floor``.
+
+    The temporal pool and the graph seeds were sized for the mid budget; scaling them with B lets a
+    low budget search less and a high one reach further, like the arms' own LIMIT.
+
+    :param size: the pool at B = 300.
+    :param limit: the recall's B.
+    :param floor: the smallest pool, however small B is.
+    """
+    return max(floor, math.ceil(size * limit / REFERENCE_BUDGET))
 
 
 class FixedBudget:

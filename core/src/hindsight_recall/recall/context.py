@@ -74,6 +74,8 @@ async def apply_context(ctx: RetrievalContext, candidates: list[Candidate]) -> t
     added = lift(scores, places, a, b)
     fresh = [Candidate(row=row, rrf_score=0.0) for row in rows.values()]
     everything = candidates + fresh
+    for c in candidates:
+        c.boost /= top  # the boost is on the fused score's scale, which this stage divides by its top
     for c in everything:
         c.context = added.get(c.row.id, 0.0)
         c.rrf_score = scores.get(c.row.id, 0.0) + c.context

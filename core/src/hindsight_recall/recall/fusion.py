@@ -144,6 +144,7 @@ def score_fuse(lists: Mapping[str, Sequence[Hit]], weights: Mapping[str, float] 
         for rank, (hit, scaled) in enumerate(zip(hits, min_max([h.score for h in hits]), strict=True), start=1):
             cand = _credit(fused, arm, rank, hit)
             if cand is not None:
+                cand.source_scores[arm] = weight * scaled
                 cand.rrf_score += weight * scaled
     return _ranked(fused)
 
@@ -200,16 +201,42 @@ def boosted_key(
     return key
 
 
-def cap_candidates(
-    candidates: list[Candidate], cap: int, boosts: Mapping[str, str] | None = None, k: int = RRF_K,
-    weights: Mapping[str, float] | None = None,
-) -> tuple[list[Candidate], int]:
-    """Keep the ``cap`` best candidates by the boosted key; return them and how many were dropped."""
+def score_boost(cand: Candidate, boosts: Mapping[str, str]) -> float:
+    """Score fusion's boost: a boosted arm's share of the fused score counts ``d`` times (2, 4, 8).
+
+    The analogue of dividing the arm's ranks by ``d`` under RRF, on score fusion's own scale: a
+    boosted arm weighs ``d`` times its weight, so it overtakes the others' heads only as far as its
+    own scaled scores carry it.
+    """
+    return sum((BOOST_DIVISORS[level] - 1) * cand.source_scores.get(arm, 0.0) for arm, level in boosts.items())
+
+
+def set_boosts(
+    candidates: Sequence[Candidate], boosts: Mapping[str, str], config: Any, arms: tuple[str, ...] = ()
+) -> None:
+    """Set each candidate's stage-1 ``boost`` as ``RECALL_FUSION`` defines it; ``rrf_score`` stays as fused.
+
+    :param candidates: the fused candidates.
+    :param boosts: :func:`parse_boosts` of ``RECALL_STRATEGY_BOOSTS``.
+    :param config: the recall's settings (``recall_fusion``, ``recall_rrf_k``, ``recall_rrf_weights``).
+    :param arms: the registered arms' names (for ``RECALL_RRF_WEIGHTS``).
+    """
+    weights = parse_weights(config.recall_rrf_weights, arms) if boosts and config.recall_fusion != "score" else {}
+    for cand in candidates:
+        if not boosts:
+            cand.boost = 0.0
+        elif config.recall_fusion == "score":
+            cand.boost = score_boost(cand, boosts)
+        else:
+            cand.boost = boosted_key(cand, boosts, config.recall_rrf_k, weights) - cand.rrf_score
+
+
+def cap_candidates(candidates: list[Candidate], cap: int) -> tuple[list[Candidate], int]:
+    """Keep the ``cap`` best candidates by ``rrf_score + boost``; return them and how many were dropped."""
     if len(candidates) <= cap:
         return candidates, 0
-    ordered = sorted(candidates, key=lambda c: -boosted_key(c, boosts, k, weights)) if boosts else candidates
-    kept = ordered[:cap]
-    return kept, len(candidates) - cap
+    ordered = sorted(candidates, key=lambda c: -(c.rrf_score + c.boost))
+    return ordered[:cap], len(candidates) - cap
 
 
 def add_rank_boosts(candidates: Sequence[Candidate], boosts: Mapping[str, str]) -> None:

@@ -28,7 +28,7 @@ from .fusion import (
     fuse,
     interleave,
     parse_boosts,
-    parse_weights,
+    set_boosts,
 )
 from .packing import pack
 from .request import RecallRequest
@@ -131,16 +131,16 @@ async def _recall(
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
         arms = tuple(arm.name for arm in engine.retrievers)
-        weights = parse_weights(config.recall_rrf_weights, arms)
         candidates, fused = fuse(lists, config, arms)
+        boosts = parse_boosts(config.recall_strategy_boosts, arms)
+        set_boosts(candidates, boosts, config, arms)  # stage 1, on the fusion's own scale
         details.update(candidates=len(candidates), **fused)
     with trace.phase("context") as details:
         candidates, found = await apply_context(ctx, candidates)
         details.update(found)
-    boosts = parse_boosts(config.recall_strategy_boosts, arms)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
-        candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
+        candidates, dropped = cap_candidates(candidates, cap)
         details.update(
             kept=len(candidates),
             dropped=dropped,
@@ -164,7 +164,8 @@ async def _recall(
                 c.final = c.rrf_score
         else:
             _score(candidates, now, config)
-            if boosts and not rerank_details.get("passthrough"):  # boosts reorder model scores, not passthrough
+            # stage 2 on the model's scores; a passthrough's scores hold the stage-1 boost already
+            if boosts and not rerank_details.get("passthrough"):
                 add_rank_boosts(candidates, boosts)
             candidates.sort(key=lambda c: -c.final)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
@@ -179,7 +180,7 @@ async def _recall(
             details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         count = _token_counter(engine)
-        uncounted = [c for c in top if c.row.token_count is None]  # rows stored before token counts
+        uncounted = [c for c in top if c.row.token_count is None]  # rows stored before, or recounted
         if incomplete(uncounted):
             async with ctx.db.connect() as conn:
                 await complete(conn, req.bank_id, uncounted)
@@ -266,10 +267,12 @@ def _start(arm: Retriever, ctx: RetrievalContext) -> asyncio.Task[list[ArmResult
 
 
 def _token_counter(engine: RecallServices) -> Any:
-    """Tokens of a candidate: the count stored at retain, else counted now (rows from before it was stored)."""
+    """Tokens of what a candidate returns: the count stored at retain, else counted now (rows stored
+    before counts were, or counted under another TOKENIZER_ENCODING)."""
     def count(c: Candidate) -> int:
         stored = c.row.token_count
-        return stored if stored is not None else engine.tokens.count(c.row.text)
+        return stored if stored is not None else engine.tokens.count_returned(c.row.text, c.row.context,
+                                                                               c.row.metadata)
     return count
 
 

@@ -181,7 +181,9 @@ class RerankStage:
 
     @staticmethod
     def _passthrough(candidates: list[Candidate], details: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
-        for cand, value in zip(candidates, passthrough_scores([c.rrf_score for c in candidates]), strict=True):
+        # the fused order with the strategy boosts (fusion.set_boosts): without a model they decide here
+        fused = passthrough_scores([c.rrf_score + c.boost for c in candidates])
+        for cand, value in zip(candidates, fused, strict=True):
             cand.cross_encoder, cand.reranker_score = value, None
         details["passthrough"] = True
         if reason:

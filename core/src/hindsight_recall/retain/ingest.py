@@ -353,7 +353,7 @@ class Ingestor:
             list(m.tags), Jsonb(dict(m.metadata)) if m.metadata else None,
             m.document_id, chunk_id, m.proof_count,
             [unit_id(bank_id, s) for s in m.source_ids] or None,
-            signals, self.tokens.count(m.text), indexed, position, document,
+            signals, self.tokens.count_returned(m.text, m.context, m.metadata), indexed, position, document,
         )
 
     async def _write_links(

@@ -1,7 +1,8 @@
 """The graph arm: link expansion from the query's nearest memories.
 
-Per fact type, up to 20 *seeds* (similarity ≥ ``GRAPH_SEED_MIN_SIMILARITY``, passing the filters)
-are expanded to the other memories of that type they reach:
+Per fact type, up to B/15 *seeds* (20 at the mid budget B = 300, at least 5; similarity
+≥ ``GRAPH_SEED_MIN_SIMILARITY``, passing the filters) are expanded to the other memories of that
+type they reach:
 
 - **entity**: memories sharing an entity with a seed, at most ``LINK_EXPANSION_PER_ENTITY_LIMIT``
   per entity (after the type and tag filters, highest unit id first); ``count`` = distinct seed
@@ -39,6 +40,7 @@ from ...hookspecs import hookimpl
 from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...types import ArmResult
+from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._compose import ArmStatement
 from ._rows import COLUMNS, DISTANCE, base_params, run_union, where_for
@@ -46,7 +48,8 @@ from .semantic import ef_search, vector_literal
 
 log = logging.getLogger(__name__)
 
-SEED_LIMIT = 20
+#: seeds per fact type at the mid budget (B = 300); they scale with B (budget.scaled)
+SEEDS_AT_MID = 20
 CAUSAL_TYPES = "('causes', 'caused_by', 'enables', 'prevents')"
 
 
@@ -120,7 +123,8 @@ def expansion_sql(
     guard = s.link_expansion_max_entity_fraction < 1
     params: dict[str, Any] = {
         **base_params(ctx), "embedding": vector_literal(ctx.embedding),
-        "seed_floor": s.graph_seed_min_similarity, "seed_limit": SEED_LIMIT, "limit": ctx.limit,
+        "seed_floor": s.graph_seed_min_similarity, "seed_limit": scaled(SEEDS_AT_MID, ctx.limit, floor=5),
+        "limit": ctx.limit,
         # one row past the cap tells a saturated entity apart from one that just fills it
         "entity_fetch": cap + 1 if guard else cap, "per_entity": cap,
         "fraction": s.link_expansion_max_entity_fraction,

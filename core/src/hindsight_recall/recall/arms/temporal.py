@@ -1,6 +1,7 @@
 """The temporal arm: memories dated inside the query's window, spread over it, then along links.
 
-1. A pool per fact type: up to 60 rows whose dates touch the window, most similar first.
+1. A pool per fact type: up to B/5 rows (60 at the mid budget, at least 10) whose dates touch the
+   window, most similar first.
 2. Up to 10 entry points taken round-robin over 8 equal time buckets, so one busy week cannot
    crowd out the rest of the window.
 3. Each row's proximity to the window's midpoint becomes its ``temporal_proximity``.
@@ -32,11 +33,13 @@ from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...store.schema import OCCURRED_RANGE
 from ...types import ArmResult, Hit, MemoryRow, TimeWindow
+from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._rows import COLUMNS, DISTANCE, base_params, row_from, run_union, where_for
-from .semantic import vector_literal
+from .semantic import ef_search, vector_literal
 
-POOL_LIMIT = 60
+#: the pool per fact type at the mid budget (B = 300); it scales with B (budget.scaled)
+POOL_AT_MID = 60
 BUCKETS = 8
 ENTRY_POINTS = 10
 MAX_ROUNDS = 5
@@ -219,11 +222,12 @@ class TemporalRetriever:
             **base_params(ctx), "embedding": vector_literal(ctx.embedding),
             "floor": ctx.settings.temporal_semantic_min_similarity,
         }
+        pool = scaled(POOL_AT_MID, ctx.limit, floor=ENTRY_POINTS)
         async with ctx.db.connect() as conn:
             # the pool may be served by the HNSW index with the dates as a post-filter
-            await self._ann.apply(conn, hnsw_settings(POOL_LIMIT, ctx.settings))
+            await self._ann.apply(conn, hnsw_settings(ef_search(pool), ctx.settings))
             pools = await run_union(conn, self.name, ctx, [_pool_sql(ctx, ft) for ft in ctx.fact_types], {
-                **params, "window_start": ctx.window.start, "window_end": ctx.window.end, "limit": POOL_LIMIT,
+                **params, "window_start": ctx.window.start, "window_end": ctx.window.end, "limit": pool,
             }, "similarity")
             states = [_Spreading.from_pool(p.fact_type, p.hits, ctx.window, ctx.limit) for p in pools]
             await self._spread(conn, ctx, states, params)
