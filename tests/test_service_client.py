@@ -50,18 +50,20 @@ def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client(service_url: str) -> Iterator[Any]:
+    """A fresh client per test: its HTTP session belongs to the event loop it first ran on."""
     with hindsight_client.Hindsight(base_url=service_url, timeout=120) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
-def bank(client: Any) -> str:
+def bank(service_url: str) -> str:
     """A bank holding FACTS (one document) for the recall tests."""
     bank_id = f"svc-{uuid.uuid4().hex[:10]}"
-    client.create_bank(bank_id)
-    response = client.retain_batch(bank_id, FACTS, document_id="chat-1")
+    with hindsight_client.Hindsight(base_url=service_url, timeout=120) as client:
+        client.create_bank(bank_id)
+        response = client.retain_batch(bank_id, FACTS, document_id="chat-1")
     assert response.success and response.items_count == len(FACTS)
     return bank_id
 
@@ -84,6 +86,9 @@ def test_create_bank_returns_the_profile(client: Any) -> None:
     profile = client.create_bank(bank_id, enable_graph_retrieval=False)
     assert profile.bank_id == bank_id and profile.disposition.skepticism == 3
     assert client.get_bank_config(bank_id)["overrides"]["enable_graph_retrieval"] is False
+    assert client.update_bank_config(bank_id, enable_temporal_retrieval=False)["overrides"] == {
+        "enable_graph_retrieval": False, "enable_temporal_retrieval": False}
+    assert client.reset_bank_config(bank_id)["overrides"] == {}
     client.delete_bank(bank_id)
 
 
@@ -180,7 +185,9 @@ def test_recall_prefer_observations(client: Any, bank: str) -> None:
     assert client.recall(bank, "Where does Alice work?", prefer_observations=True).results
 
 
-async def test_async_calls(client: Any) -> None:
+async def test_async_calls(service_url: str) -> None:
+    # its own client: the sync wrappers run the shared one on a loop of their own
+    client = hindsight_client.Hindsight(base_url=service_url, timeout=120)
     bank_id = f"svc-{uuid.uuid4().hex[:10]}"
     await client.acreate_bank(bank_id)
     await client.aretain(bank_id, "Carla plays the cello in an amateur orchestra.")
@@ -193,6 +200,7 @@ async def test_async_calls(client: Any) -> None:
     await client.adelete_bank(bank_id)
     names = [b.bank_id for b in (await client.banks.list_banks()).banks]
     assert bank_id not in names
+    await client.aclose()
 
 
 def bank_ids(service_url: str) -> list[str]:

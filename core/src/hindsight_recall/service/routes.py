@@ -172,6 +172,19 @@ async def patch_config(request: Request) -> Response:
 
 
 @endpoint
+async def reset_config(request: Request) -> Response:
+    """Remove every override of the bank: it follows the server's settings again."""
+    bank_id = bank_of(request)
+    engine = engine_of(request)
+    async with engine.db.connect() as conn:
+        overrides = await banks.bank_config(conn, bank_id)
+        if overrides is None:
+            raise BankNotFound(bank_id)
+        stored = await banks.set_bank_config(conn, bank_id, dict.fromkeys(overrides))
+    return _config_body(engine.settings, bank_id, stored)
+
+
+@endpoint
 async def retain(request: Request) -> Response:
     """Store the items verbatim, all or nothing; a re-sent document replaces its memories."""
     bank_id = bank_of(request)
@@ -311,6 +324,7 @@ def memory_routes() -> list[Route]:
         Route(f"{banks_path}/stats", bank_stats, methods=["GET"]),
         Route(f"{banks_path}/config", get_config, methods=["GET"]),
         Route(f"{banks_path}/config", patch_config, methods=["PATCH"]),
+        Route(f"{banks_path}/config", reset_config, methods=["DELETE"]),
         Route(f"{banks_path}/memories", retain, methods=["POST"]),
         Route(f"{banks_path}/memories/list", list_memories, methods=["GET"]),
         Route(f"{banks_path}/memories/recall", recall, methods=["POST"]),
