@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,7 +128,7 @@ def test_nul_bytes_in_a_query_are_spaces(http: httpx.Client, bank: str) -> None:
 
 @pytest.mark.parametrize(("item", "code"), [
     ({"content": ""}, "invalid_memory"),
-    ({"content": "ok", "timestamp": "not a date"}, "invalid_request"),
+    ({"content": "ok", "timestamp": "not a date"}, "invalid_memory"),
     ({"content": "ok", "strategy": "deep"}, "unsupported_field"),
     ({"content": [{"type": "image", "source": {}}]}, "unsupported_content"),
     ({"content": "ok", "colour": "red"}, "invalid_request"),
@@ -217,6 +218,10 @@ def test_reranker_fallbacks_are_counted() -> None:
 def test_one_access_log_line_per_request(http: httpx.Client, bank: str, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="hindsight_recall.access"):
         http.post(recall_path(bank), json={"query": "Alice"})
+        deadline = time.monotonic() + 5  # the line is written once the response has gone out
+        while time.monotonic() < deadline and not any(r.name == "hindsight_recall.access" for r in caplog.records):
+            time.sleep(0.05)
+        time.sleep(0.2)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "hindsight_recall.access"]
     assert len(lines) == 1
     assert lines[0]["method"] == "POST" and lines[0]["status"] == 200 and lines[0]["bank"] == bank

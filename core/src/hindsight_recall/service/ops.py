@@ -67,10 +67,6 @@ class Admission:
         self.metrics.in_flight.set(self.state.recalls_in_flight)
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class Guard:
     """The outermost layer of the service (see the module docstring)."""
 
@@ -103,15 +99,11 @@ class Guard:
             else:
                 async with asyncio.timeout(self.timeout):
                     await self.app(scope, self._limited(scope, receive), send_tracked)
-        except _BodyTooLarge:
-            too_large = ServiceError(413, "body_too_large", f"the request body exceeds {self.max_body} bytes "
-                                     "(HINDSIGHT_API_SERVICE_MAX_BODY_BYTES)")
-            await self._fail(too_large, scope, receive, send_tracked, sent)
         except TimeoutError:
             late = ServiceError(504, "timeout", f"the request took longer than {self.timeout:g} s "
                                 "(HINDSIGHT_API_SERVICE_REQUEST_TIMEOUT)")
             await self._fail(late, scope, receive, send_tracked, sent)
-        except Exception as exc:  # a defect: answered as JSON, logged with its traceback
+        except Exception as exc:  # a body over the limit read outside a route, or a defect (logged)
             await self._fail(exc, scope, receive, send_tracked, sent)
         finally:
             self._record(scope, sent["status"], time.perf_counter() - started)
@@ -146,7 +138,8 @@ class Guard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body:
-                    raise _BodyTooLarge
+                    raise ServiceError(413, "body_too_large", f"the request body exceeds {self.max_body} bytes "
+                                       "(HINDSIGHT_API_SERVICE_MAX_BODY_BYTES)")
             return message
 
         return counted
