@@ -136,16 +136,23 @@ def test_serve_runs_and_shuts_down_gracefully(tmp_path: Path) -> None:
         answer: dict[str, Any] = {}
 
         def retain() -> None:
-            answer["response"] = httpx.post(f"{url}/v1/default/banks/grace/memories", json={"items": items},
-                                            timeout=300)
+            try:
+                answer["response"] = httpx.post(f"{url}/v1/default/banks/grace/memories", json={"items": items},
+                                                timeout=300)
+            except httpx.HTTPError as exc:
+                answer["response"] = exc
 
         worker = threading.Thread(target=retain)
         worker.start()
-        time.sleep(0.3)  # the request is in flight
+        while worker.is_alive() and "hindsight_http_requests_in_flight 2.0" not in httpx.get(f"{url}/metrics").text:
+            time.sleep(0.05)  # until the retain is in flight (the scrape itself is the other one)
         process.send_signal(signal.SIGTERM)
         worker.join(timeout=300)
-        assert answer["response"].status_code == 200 and answer["response"].json()["items_count"] == 400
-        assert process.wait(timeout=120) == 0
+        response = answer["response"]
+        assert isinstance(response, httpx.Response), f"{response!r}: {process.stdout.read() if process.stdout else ''}"
+        assert response.status_code == 200, f"{response.text}: {process.stdout.read() if process.stdout else ''}"
+        assert response.json()["items_count"] == 400
+        assert process.wait(timeout=120) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{url}/health/live", timeout=2)
     finally:

@@ -47,6 +47,8 @@ class ServiceMetrics:
                                 registry=self.registry)
         self.latency = Histogram("hindsight_http_request_duration_seconds", "HTTP request latency",
                                  ["method", "route", "status"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.requests_in_flight = Gauge("hindsight_http_requests_in_flight", "HTTP requests being answered",
+                                        registry=self.registry)
         self.in_flight = Gauge("hindsight_recalls_in_flight", "Recalls admitted and not yet answered",
                                registry=self.registry)
         self.rejected = Counter("hindsight_recalls_rejected", "Recalls refused with 503 (too many in flight)",

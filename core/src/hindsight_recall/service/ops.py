@@ -85,6 +85,7 @@ class Guard:
             return
         started = time.perf_counter()
         sent: dict[str, Any] = {"status": 500, "started": False}
+        self.metrics.requests_in_flight.inc()
 
         async def send_tracked(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -106,6 +107,7 @@ class Guard:
         except Exception as exc:  # a body over the limit read outside a route, or a defect (logged)
             await self._fail(exc, scope, receive, send_tracked, sent)
         finally:
+            self.metrics.requests_in_flight.dec()
             self._record(scope, sent["status"], time.perf_counter() - started)
 
     def _refusal(self, scope: Scope) -> ServiceError | None:

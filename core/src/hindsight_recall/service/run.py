@@ -16,9 +16,11 @@ from ..settings import Settings
 
 
 def configure_logging(level: str) -> None:
-    """Service logs and the access log on stderr, one line each."""
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Service logs, uvicorn's and the access log on stderr at ``level``, one line each; other
+    libraries stay at the command line's level (warnings)."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("hindsight_recall", "uvicorn"):
+        logging.getLogger(name).setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
 def serve(settings: Settings) -> None:
