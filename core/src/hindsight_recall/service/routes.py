@@ -14,7 +14,6 @@ from starlette.routing import Route
 from ..engine import Engine
 from ..errors import BankNotFound, QueryTooLong
 from ..recall.trace import phase_sink
-from ..settings import Settings
 from ..store import banks, listing
 from ..types import FACT_TYPES
 from .errors import ServiceError, respond_to
@@ -142,46 +141,37 @@ async def bank_stats(request: Request) -> Response:
     })
 
 
-def _config_body(settings: Settings, bank_id: str, overrides: dict[str, Any]) -> JSONResponse:
-    resolved = {**settings.bank_values(), **overrides}
-    return JSONResponse({"bank_id": bank_id, "config": resolved, "overrides": overrides})
-
-
-@endpoint
-async def get_config(request: Request) -> Response:
-    bank_id = bank_of(request)
-    engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        overrides = await banks.bank_config(conn, bank_id)
-    if overrides is None:
-        raise BankNotFound(bank_id)
-    return _config_body(engine.settings, bank_id, overrides)
-
-
-@endpoint
-async def patch_config(request: Request) -> Response:
-    bank_id = bank_of(request)
-    body: BankConfigBody = await body_of(request, BankConfigBody)
-    values = {k.strip().lower().removeprefix("hindsight_api_"): v for k, v in body.updates.items()}
-    engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        if await banks.bank_config(conn, bank_id) is None:
-            raise BankNotFound(bank_id)
-        stored = await banks.set_bank_config(conn, bank_id, values)
-    return _config_body(engine.settings, bank_id, stored)
-
-
-@endpoint
-async def reset_config(request: Request) -> Response:
-    """Remove every override of the bank: it follows the server's settings again."""
+async def _config(request: Request, change: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Response:
+    """The bank's settings and overrides, after storing ``change(overrides)`` when given; 404 for no bank."""
     bank_id = bank_of(request)
     engine = engine_of(request)
     async with engine.db.connect() as conn:
         overrides = await banks.bank_config(conn, bank_id)
         if overrides is None:
             raise BankNotFound(bank_id)
-        stored = await banks.set_bank_config(conn, bank_id, dict.fromkeys(overrides))
-    return _config_body(engine.settings, bank_id, stored)
+        if change is not None:
+            overrides = await banks.set_bank_config(conn, bank_id, change(overrides))
+    resolved = {**engine.settings.bank_values(), **overrides}
+    return JSONResponse({"bank_id": bank_id, "config": resolved, "overrides": overrides})
+
+
+@endpoint
+async def get_config(request: Request) -> Response:
+    return await _config(request)
+
+
+@endpoint
+async def patch_config(request: Request) -> Response:
+    """Keys as field names or ``HINDSIGHT_API_*`` names; a null value removes an override."""
+    body: BankConfigBody = await body_of(request, BankConfigBody)
+    values = {k.strip().lower().removeprefix("hindsight_api_"): v for k, v in body.updates.items()}
+    return await _config(request, lambda _: values)
+
+
+@endpoint
+async def reset_config(request: Request) -> Response:
+    """Remove every override of the bank: it follows the server's settings again."""
+    return await _config(request, dict.fromkeys)
 
 
 @endpoint
