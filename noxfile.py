@@ -107,6 +107,15 @@ def tests(session: nox.Session, target: str) -> None:
 
 
 @nox.session(python="3.11", default=False)
+def bench_http(session: nox.Session) -> None:
+    """Recall over HTTP: our service beside an in-process engine, and upstream's server (installed from PyPI)."""
+    install(session)
+    upstream = os.path.join(os.path.dirname(session.virtualenv.location), "upstream-hindsight")
+    session.run("python", "-m", "hindsight_recall.bench.http", "--upstream-venv", upstream,
+                "--data", "bench/locomo/dev", *session.posargs, env=OFFLINE)
+
+
+@nox.session(python="3.11", default=False)
 def bench_upstream(session: nox.Session) -> None:
     """Side by side with upstream Hindsight 1.1.0 (installed from PyPI) on the LoCoMo dev banks."""
     install(session)

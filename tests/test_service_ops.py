@@ -245,3 +245,29 @@ async def test_not_ready_until_the_engine_is_loaded(tmp_path: Path) -> None:
 def test_defaults_bind_loopback_without_a_key() -> None:
     settings = load_settings()
     assert settings.host == "127.0.0.1" and settings.port == 8888 and settings.service_api_key is None
+
+
+# ---- fields accepted without effect are reported, ours are checked ----------------------------------
+
+def test_profile_fields_are_accepted_and_named(http: httpx.Client) -> None:
+    bank_id = f"ops-{uuid.uuid4().hex[:8]}"
+    response = http.put(f"/v1/default/banks/{bank_id}", json={"name": "Alice", "mission": "help",
+                                                                "enable_reranking": False})
+    assert response.status_code == 200 and response.headers["X-Hindsight-Ignored-Fields"] == "mission,name"
+    assert http.get(f"/v1/default/banks/{bank_id}/config").json()["overrides"] == {"enable_reranking": False}
+    assert_error(http.patch(f"/v1/default/banks/{bank_id}/config", json={"updates": {"retain_chunk_size": 9}}),
+                 422, "invalid_request")
+
+
+def test_async_retain_is_done_before_the_answer(http: httpx.Client) -> None:
+    bank_id = f"ops-{uuid.uuid4().hex[:8]}"
+    response = http.post(f"/v1/default/banks/{bank_id}/memories", json={"items": [{"content": "x y"}], "async": True})
+    assert response.json()["async"] is False
+    assert http.get(f"/v1/default/banks/{bank_id}/memories/list").json()["total"] == 1
+
+
+def test_import_needs_a_bank_on_every_memory(http: httpx.Client) -> None:
+    body = {"memories": [{"id": "a", "text": "no bank here"}]}
+    assert_error(http.post("/v1/default/memories/import", json=body), 422, "invalid_memory")
+    body = {"memories": [{"id": "a", "text": "t", "bank": "b", "type": "opinion"}]}
+    assert_error(http.post("/v1/default/memories/import", json=body), 422, "invalid_memory")
