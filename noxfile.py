@@ -106,20 +106,22 @@ def tests(session: nox.Session, target: str) -> None:
     session.run("pytest", f"backends/{target}/tests", "-rs", *ignore, *session.posargs, env=env)
 
 
+def run_against_upstream(session: nox.Session, module: str) -> None:
+    """Run ``python -m <module>`` on the LoCoMo dev banks with upstream in its own venv beside this session's."""
+    install(session)
+    # upstream gets its own venv next to this session's, installed once and reused
+    upstream = os.path.join(os.path.dirname(session.virtualenv.location), "upstream-hindsight")
+    session.run("python", "-m", module, "--upstream-venv", upstream, "--data", "bench/locomo/dev", *session.posargs,
+                env=OFFLINE)
+
+
 @nox.session(python="3.11", default=False)
 def bench_http(session: nox.Session) -> None:
     """Recall over HTTP: our service beside an in-process engine, and upstream's server (installed from PyPI)."""
-    install(session)
-    upstream = os.path.join(os.path.dirname(session.virtualenv.location), "upstream-hindsight")
-    session.run("python", "-m", "hindsight_recall.bench.http", "--upstream-venv", upstream,
-                "--data", "bench/locomo/dev", *session.posargs, env=OFFLINE)
+    run_against_upstream(session, "hindsight_recall.bench.http")
 
 
 @nox.session(python="3.11", default=False)
 def bench_upstream(session: nox.Session) -> None:
     """Side by side with upstream Hindsight 1.1.0 (installed from PyPI) on the LoCoMo dev banks."""
-    install(session)
-    # upstream gets its own venv next to this session's, installed once and reused
-    upstream = os.path.join(os.path.dirname(session.virtualenv.location), "upstream-hindsight")
-    session.run("python", "-m", "hindsight_recall.bench.upstream", "--upstream-venv", upstream,
-                "--data", "bench/locomo/dev", *session.posargs, env=OFFLINE)
+    run_against_upstream(session, "hindsight_recall.bench.upstream")

@@ -40,6 +40,7 @@ from .upstream import (
     recall_ours,
     recall_upstream,
     retain_upstream,
+    split_exists,
     tcp_postgres,
     upstream_env,
 )
@@ -222,10 +223,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m hindsight_recall.bench.http``."""
     args = parser().parse_args(argv)
-    for name in ("memories.jsonl", "queries.jsonl"):
-        if not (args.data / name).exists():
-            print(f"{args.data / name} is missing: pass --data with a LoCoMo split folder", file=sys.stderr)
-            return 2
+    if not split_exists(args.data):
+        return 2
     asyncio.run(run(args))
     return 0
 
