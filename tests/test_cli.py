@@ -98,11 +98,13 @@ def test_recall_limit_must_be_positive(cli_dir: Path) -> None:
     assert result.returncode == 2 and "--limit" in result.stderr
 
 
-#: Modules of the model stack: seconds to import, needed only to embed, rerank or read dates.
-MODEL_STACK = ("torch", "sentence_transformers", "transformers", "dateparser")
+#: Modules of the model stack: seconds to import, needed only to embed, rerank or read dates (and the MCP SDK,
+#: needed only to serve).
+MODEL_STACK = ("torch", "sentence_transformers", "transformers", "dateparser", "mcp")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["recall", "--help"], ["bank", "--help"], ["plugins"]],
+@pytest.mark.parametrize("args", [["--help"], ["recall", "--help"], ["bank", "--help"], ["plugins"],
+                                  ["mcp", "--help"]],
                          ids=" ".join)
 def test_cheap_commands_do_not_import_the_model_stack(args: list[str]) -> None:
     # standalone_mode=False: click returns instead of exiting, so the module list can be printed after.

@@ -18,15 +18,27 @@ from hindsight_recall.settings import Settings
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
+def documented_variables(text: str) -> set[str]:
+    """Every ``HINDSIGHT_API_*`` name the text spells out, with families like `` `X_LOW` / `_MID` `` expanded."""
+    names = set(re.findall(r"HINDSIGHT_API_[A-Z0-9_]*[A-Z0-9]", text))
+    for first, rest in re.findall(r"`(HINDSIGHT_API_[A-Z0-9_]+)`((?:\s*/\s*`_[A-Z0-9]+`)+)", text):
+        stem = first.rpartition("_")[0]
+        names.update(stem + suffix for suffix in re.findall(r"`(_[A-Z0-9]+)`", rest))
+    return names
+
+
 def test_every_setting_is_documented() -> None:
-    text = (DOCS / "configuration.md").read_text()
-    missing = []
-    for name in Settings.model_fields:
-        variable = f"HINDSIGHT_API_{name.upper()}"
-        stem, _, last = variable.rpartition("_")
-        if variable not in text and f"{stem}_{last}" not in text and f"_{last}`" not in text:
-            missing.append(variable)
-    assert not missing
+    documented = documented_variables((DOCS / "configuration.md").read_text())
+    assert [f"HINDSIGHT_API_{n.upper()}" for n in Settings.model_fields
+            if f"HINDSIGHT_API_{n.upper()}" not in documented] == []
+
+
+def test_a_setting_is_documented_by_its_name_not_by_a_common_suffix() -> None:
+    family = "| `HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW` / `_MID` / `_HIGH` (bank) | 100 |"
+    assert documented_variables(family) == {f"HINDSIGHT_API_RECALL_BUDGET_FIXED_{x}" for x in ("LOW", "MID", "HIGH")}
+    assert documented_variables("`HINDSIGHT_API_DB_COMMAND_TIMEOUT` and any `_TIMEOUT`") == {
+        "HINDSIGHT_API_DB_COMMAND_TIMEOUT"}
+    assert "HINDSIGHT_API_RECALL_TIMEOUT" not in documented_variables("| `HINDSIGHT_API_DB_TIMEOUT` / `_SIZE` |")
 
 
 def test_every_hook_is_documented_with_its_signature() -> None:
@@ -186,3 +198,43 @@ def test_readme_library_example_runs(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("job ") and "Alice works at Helios Robotics." in result.stdout
+
+
+def documented_members(protocol: str) -> tuple[set[str], set[str]]:
+    """The required and optional members docs/plugins.md lists in the tables under ``### <protocol>``."""
+    text = (DOCS / "plugins.md").read_text()
+    section = text.split(f"\n### {protocol}\n", 1)[1].split("\n### ", 1)[0]
+    required: set[str] = set()
+    optional: set[str] = set()
+    target = required
+    for line in section.splitlines():
+        if line.startswith("| member") or line.startswith("| optional member"):
+            target = optional if line.startswith("| optional member") else required
+        elif line.startswith("| `"):
+            cell = line.split("`")[1]
+            target.add(re.match(r"(?:async )?(\w+)", cell).group(1))  # type: ignore[union-attr]
+    return required, optional
+
+
+@pytest.mark.parametrize("name", ["TextSearchBackend", "Reranker", "Retriever", "BudgetFunction", "EmbeddingProvider"])
+def test_the_plugin_reference_lists_each_protocol_member(name: str) -> None:
+    """docs/plugins.md names every member of each protocol, marked optional exactly when it has a default."""
+    from hindsight_recall import protocols
+
+    protocol = getattr(protocols, name)
+    optional = set(protocols.optional_members(protocol))
+    required = set(protocols.members(protocol)) - optional
+    assert documented_members(name) == (required, optional)
+
+
+def test_the_reranker_protocol_describes_the_normalisation_core_applies() -> None:
+    """The protocol's docstring and the plugin guide say sigmoid, because normalise is one."""
+    import math
+
+    from hindsight_recall.protocols import Reranker
+    from hindsight_recall.recall.scoring import normalise
+
+    assert normalise([0.0, 4.0]) == pytest.approx([0.5, 1 / (1 + math.exp(-4))])  # not min-max's [0, 1]
+    assert normalise([0.2, 0.9]) == [0.2, 0.9]  # a batch inside [0, 1] is kept
+    for text in (Reranker.score.__doc__ or "", (DOCS / "plugins.md").read_text().split("### Reranker", 1)[1]):
+        assert "sigmoid" in text and "min-max normalis" not in text

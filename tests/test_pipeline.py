@@ -117,12 +117,40 @@ async def test_temporal_toggle_ignores_even_a_caller_window(make_settings: Any, 
     assert body["trace"]["query"]["temporal_constraint"] is None
 
 
-async def test_strategy_boosts_are_reported_in_the_prefilter(make_settings: Any, bank: str) -> None:
-    async with Engine(make_settings(recall_strategy_boosts="bm25:high")) as engine:
-        await engine.retain(bank, [{"id": "a", "text": "Alice hiked."}])
-        body = await engine.recall(bank, "Alice", trace=True)
-    prefilter = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rerank_prefilter")
-    assert prefilter["details"]["strategy_boosts"] == {"keyword": "high"}
+class EvenReranker:
+    """Scores every document alike, so only the boosts can tell candidates apart after reranking."""
+
+    name = "even"
+    passthrough = False
+
+    async def score(self, query: str, documents: Any, *, bank_id: str | None = None) -> list[float]:
+        return [0.5] * len(documents)
+
+
+async def test_a_strategy_boost_raises_exactly_the_boosted_arms_hits(make_settings: Any, bank: str) -> None:
+    memories = [
+        {"id": "code", "text": "The zyxwv door code is 4711."},
+        {"id": "tea", "text": "Alice painted her front entrance red."},
+        {"id": "hike", "text": "Alice keeps her house keys by the entrance."},
+    ]
+
+    async def finals(boosts: str) -> tuple[dict[str, float], dict[str, Any]]:
+        settings = make_settings(recall_strategy_boosts=boosts, semantic_min_similarity=0)
+        async with Engine(settings, reranker=EvenReranker()) as engine:
+            await engine.retain(bank, memories)
+            body = await engine.recall(bank, "zyxwv door code", trace=True)
+        prefilter = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "rerank_prefilter")
+        return {r["id"]: r["scores"]["final"] for r in body["results"]}, prefilter["details"]
+
+    plain, _ = await finals("")
+    boosted, details = await finals("bm25:high")
+    assert details["strategy_boosts"] == {"keyword": "high"}
+    assert set(plain) == set(boosted) == {"code", "tea", "hike"}
+    assert boosted["code"] > plain["code"]  # the only keyword hit gains
+    assert {k: boosted[k] for k in ("tea", "hike")} == {k: plain[k] for k in ("tea", "hike")}  # the rest do not
+    assert max(boosted, key=boosted.__getitem__) == "code"
+    untouched, _ = await finals("graph:high")  # no graph hits in this bank: nothing moves
+    assert untouched == plain
 
 
 async def test_interleave_mode_end_to_end(engine: Engine, alice: str) -> None:

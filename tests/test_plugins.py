@@ -251,11 +251,15 @@ def test_a_rejection_names_every_missing_member() -> None:
 
 
 def test_optional_members_get_their_documented_defaults() -> None:
-    from hindsight_recall.protocols import Reranker, TextSearchBackend, optional_members
+    from hindsight_recall.protocols import Reranker, Retriever, TextSearchBackend, optional_members
 
-    assert optional_members(TextSearchBackend) == {"ranks_every_match": False, "writes_search_vector": True,
-                                                   "runs_on_embedded_server": False, "extensions": ()}
+    defaults = optional_members(TextSearchBackend)
+    assert set(defaults) == {"ranks_every_match", "writes_search_vector", "runs_on_embedded_server", "extensions",
+                             "parameters"}
+    assert [defaults[k] for k in ("ranks_every_match", "writes_search_vector", "runs_on_embedded_server",
+                                  "extensions")] == [False, True, False, ()]
     assert set(optional_members(Reranker)) == {"passthrough", "start", "close"}
+    assert set(optional_members(Retriever)) == {"needs_embedding", "statement"}
 
     class Plugin:
         @hookimpl
@@ -272,6 +276,7 @@ def test_optional_members_get_their_documented_defaults() -> None:
     assert (backend.ranks_every_match, backend.writes_search_vector, backend.runs_on_embedded_server,
             backend.extensions) == (False, True, False, ())
     assert isinstance(backend, __import__("hindsight_recall.protocols").protocols.TextSearchBackend)
+    assert backend.parameters() == {}
     reranker = manager.get("reranker", "by_length")()
     assert isinstance(reranker, Reranker)
 
@@ -352,8 +357,8 @@ async def test_backend_and_reranker_configured_entirely_in_code(data_dir: Path, 
     with FixtureServer(tei_routes(score=park_first)) as server:
         settings = code_settings(
             data_dir, text_search_extension="native", reranker_provider="tei", reranker_timeout=20,
-            plugins={"native": {"language": "simple", "rank": "ts_rank_cd"},
-                     "tei": {"url": server.url, "batch_size": 1}},
+            plugins={"text_search": {"native": {"language": "simple", "rank": "ts_rank_cd"}},
+                     "reranker": {"tei": {"url": server.url, "batch_size": 1}}},
         )
         async with Engine(settings) as engine:
             assert (engine.text_search.config.language, engine.text_search.config.rank) == ("simple", "ts_rank_cd")
@@ -396,20 +401,23 @@ def test_a_backend_that_needs_its_own_server_is_configured_in_code(data_dir: Pat
     drop_hindsight_environment(monkeypatch)
     settings = code_settings(
         data_dir, text_search_extension="pg_search", reranker_provider="cohere",
-        plugins={"pg_search": {"tokenizer": "jieba"}, "cohere": {"api_key": "k", "model": "rerank-v3.5"}},
+        plugins={"text_search": {"pg_search": {"tokenizer": "jieba"}},
+                 "reranker": {"cohere": {"api_key": "k", "model": "rerank-v3.5"}}},
     )
     engine = Engine(settings)  # nothing is opened: the SQL and the request are built from the settings
-    assert "(text::pdb.jieba)" in engine.text_search.index_statements()[0]
+    assert '(text::pdb."jieba")' in engine.text_search.index_statements()[0]
     assert engine.rerank.reranker.config.model == "rerank-v3.5"  # type: ignore[attr-defined]
 
 
 def test_plugin_settings_in_code_are_validated_naming_the_variable(data_dir: Path) -> None:
     from hindsight_recall import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown setting 'urll' for the 'tei' plugin"):
-        Engine(code_settings(data_dir, reranker_provider="tei", plugins={"tei": {"urll": "http://x"}}))
+    unknown = r"plugins\['reranker'\]\['tei'\]: unknown setting 'urll' for the 'tei' plugin"
+    with pytest.raises(ConfigError, match=unknown):
+        Engine(code_settings(data_dir, reranker_provider="tei", plugins={"reranker": {"tei": {"urll": "http://x"}}}))
     with pytest.raises(ConfigError, match="HINDSIGHT_API_RERANKER_TEI_BATCH_SIZE"):
-        Engine(code_settings(data_dir, reranker_provider="tei", plugins={"tei": {"url": "http://x", "batch_size": 0}}))
+        Engine(code_settings(data_dir, reranker_provider="tei",
+                             plugins={"reranker": {"tei": {"url": "http://x", "batch_size": 0}}}))
 
 
 def test_the_runtime_never_imports_the_test_kit() -> None:

@@ -103,7 +103,8 @@ async def test_a_hung_server_costs_one_reranker_timeout_per_recall(make_settings
     rerank = tei_routes()[("POST", "/rerank")]
     with FixtureServer(tei_routes()) as server:
         server.route("POST", "/rerank", lambda request: dataclasses.replace(rerank(request), delay=30))
-        settings = make_settings(reranker_provider="tei", reranker_timeout=0.5, plugins={"tei": {"url": server.url}})
+        settings = make_settings(reranker_provider="tei", reranker_timeout=0.5,
+                                 plugins={"reranker": {"tei": {"url": server.url}}})
         async with Engine(settings) as engine:
             await engine.retain(bank, MEMORIES)
             for _ in range(2):

@@ -24,7 +24,7 @@ def reranking_phase(body: dict[str, Any]) -> dict[str, Any]:
 
 def local(model: Path, **overrides: Any) -> dict[str, Any]:
     """Settings that select the local reranker with ``model`` (``HINDSIGHT_API_RERANKER_LOCAL_MODEL``)."""
-    return {"reranker_provider": "local", "plugins": {"local": {"model": str(model)}}, **overrides}
+    return {"reranker_provider": "local", "plugins": {"reranker": {"local": {"model": str(model)}}}, **overrides}
 
 
 async def test_local_cross_encoder_scores_the_candidates(make_settings: Any, tiny_model: Path, bank: str) -> None:

@@ -238,3 +238,14 @@ def test_tag_groups_are_refused_with_a_reason(client: Any, bank: str) -> None:
     with pytest.raises(ApiException) as caught:
         client.recall(bank, "Alice", tag_groups=[{"tags": ["work"], "match": "any"}])
     assert caught.value.status == 400 and "tag_groups" in caught.value.body
+
+
+@ours
+async def test_mcp_tools_are_served_at_mcp(service_url: str, bank: str) -> None:
+    """``serve`` mounts the MCP server over its own engine (streamable HTTP at /mcp)."""
+    from mcp import Client
+
+    async with Client(service_url + "/mcp", read_timeout_seconds=120) as mcp_client:
+        assert "recall" in {t.name for t in (await mcp_client.list_tools()).tools}
+        found = await mcp_client.call_tool("recall", {"bank_id": bank, "query": "Where does Alice work?"})
+        assert not found.is_error and "Helios Robotics" in str(found.structured_content)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from hindsight_recall import ConfigError, load_settings
@@ -116,7 +117,7 @@ def test_every_field_has_a_tested_default() -> None:
         ("database_schema", "memory_2", "memory_2"),
         ("reranker_on_error", "raise", "raise"),
         ("reranker_timeout", "2.5", 2.5),
-        ("plugins", '{"tei": {"url": "http://x"}}', {"tei": {"url": "http://x"}}),
+        ("plugins", '{"reranker": {"tei": {"url": "http://x"}}}', {"reranker": {"tei": {"url": "http://x"}}}),
         ("service_max_body_bytes", "1024", 1024),
         ("host", "0.0.0.0", "0.0.0.0"),
     ],
@@ -210,31 +211,61 @@ class DemoSettings(BaseSettings):
 
 
 def test_plugin_settings_code_then_environment_then_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert plugin_settings(DemoSettings, "demo").model_dump() == {"url": None, "batch_size": 8}
+    assert plugin_settings(DemoSettings, "demo", kind="reranker").model_dump() == {"url": None, "batch_size": 8}
     monkeypatch.setenv("HINDSIGHT_API_DEMO_URL", "http://from-env")
     monkeypatch.setenv("HINDSIGHT_API_DEMO_BATCH_SIZE", "5")
     # The environment remains the default source of everything the code leaves out.
-    assert plugin_settings(DemoSettings, "demo", Settings()).model_dump() == {"url": "http://from-env", "batch_size": 5}
-    in_code = Settings(plugins={"demo": {"batch_size": 2}})
-    assert plugin_settings(DemoSettings, "demo", in_code).model_dump() == {"url": "http://from-env", "batch_size": 2}
+    from_env = plugin_settings(DemoSettings, "demo", Settings(), kind="reranker")
+    assert from_env.model_dump() == {"url": "http://from-env", "batch_size": 5}
+    in_code = Settings(plugins={"reranker": {"demo": {"batch_size": 2}}})
+    assert plugin_settings(DemoSettings, "demo", in_code, kind="reranker").model_dump() == {
+        "url": "http://from-env", "batch_size": 2}
     ready = DemoSettings(url="http://ready")
-    assert plugin_settings(DemoSettings, "demo", Settings(plugins={"demo": ready})) is ready
+    given = Settings(plugins={"reranker": {"demo": ready}})
+    assert plugin_settings(DemoSettings, "demo", given, kind="reranker") is ready
+
+
+def test_plugin_settings_are_keyed_by_kind() -> None:
+    """``local`` is an embedder and a reranker: each reads its own section."""
+    settings = Settings(plugins={"reranker": {"demo": {"batch_size": 2}}, "embeddings": {"demo": {"batch_size": 3}}})
+    assert plugin_settings(DemoSettings, "demo", settings, kind="reranker").batch_size == 2
+    assert plugin_settings(DemoSettings, "demo", settings, kind="embeddings").batch_size == 3
+    assert plugin_settings(DemoSettings, "demo", settings, kind="text_search").batch_size == 8
+    with pytest.raises(ValueError, match="unknown plugin kind 'rerankers'"):
+        plugin_settings(DemoSettings, "demo", settings, kind="rerankers")
+
+
+def test_plugin_settings_without_the_kind_still_work_and_warn() -> None:
+    with pytest.warns(DeprecationWarning, match=r"plugins\['demo'\] without the plugin kind is deprecated"):
+        settings = Settings(plugins={"demo": {"batch_size": 4}})
+    assert plugin_settings(DemoSettings, "demo", settings, kind="reranker").batch_size == 4
+    assert plugin_settings(DemoSettings, "demo", settings).batch_size == 4
+    # the kind's own section wins over the old form
+    with pytest.warns(DeprecationWarning):
+        both = Settings(plugins={"demo": {"batch_size": 4}, "reranker": {"demo": {"batch_size": 6}}})
+    assert plugin_settings(DemoSettings, "demo", both, kind="reranker").batch_size == 6
 
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"batch_sise": 2}, "plugins['demo']: unknown setting 'batch_sise' for the 'demo' plugin"),
+    ({"batch_sise": 2}, "plugins['reranker']['demo']: unknown setting 'batch_sise' for the 'demo' plugin"),
     ({"batch_size": 0}, "HINDSIGHT_API_DEMO_BATCH_SIZE: Input should be greater than or equal to 1"),
-    (BankSettings(), "plugins['demo'] is a BankSettings, but the 'demo' plugin expects a DemoSettings"),
+    (BankSettings(), "plugins['reranker']['demo'] is a BankSettings, but the 'demo' plugin expects a DemoSettings"),
 ])
 def test_plugin_settings_errors_name_the_setting(values: object, message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        plugin_settings(DemoSettings, "demo", Settings(plugins={"demo": values}))
+        plugin_settings(DemoSettings, "demo", Settings(plugins={"reranker": {"demo": values}}), kind="reranker")
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize("plugins", [{"reranker": "tei"}, {"reranker": {"tei": "http://x"}}])
+def test_a_kind_section_must_map_names_to_settings(plugins: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="HINDSIGHT_API_PLUGINS"):
+        load_settings(plugins=plugins)
+
+
 def test_plugin_settings_survive_bank_overrides() -> None:
-    settings = Settings(plugins={"demo": {"url": "http://x"}})
-    assert settings.for_bank({"recall_rrf_k": 9}).plugins == {"demo": {"url": "http://x"}}
+    settings = Settings(plugins={"reranker": {"demo": {"url": "http://x"}}})
+    assert settings.for_bank({"recall_rrf_k": 9}).plugins == {"reranker": {"demo": {"url": "http://x"}}}
 
 
 def test_service_api_key_never_shows() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.protocols import KeywordQuery
 from hindsight_recall.settings import plugin_settings
 from hindsight_recall.textsearch import INDEX, bigram_cjk_runs, query_terms
 from pydantic import field_validator
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The configuration every statement uses, bound from :meth:`NativeBackend.parameters`.
+_LANGUAGE = "CAST(:native_language AS regconfig)"
 
 # Document frequency per query lexeme, from the planner statistics of search_vector. Lexemes
 # missing from most_common_elems are rare, so they count as frequency 0.
@@ -26,7 +29,7 @@ WITH stats AS (
     FROM pg_stats
     WHERE schemaname = current_schema() AND tablename = 'memory_units' AND attname = 'search_vector'
 ), terms AS (
-    SELECT t.ord, t.token, (tsvector_to_array(to_tsvector(CAST(:language AS regconfig), t.token)))[1] AS lexeme
+    SELECT t.ord, t.token, (tsvector_to_array(to_tsvector(CAST(:native_language AS regconfig), t.token)))[1] AS lexeme
     FROM unnest(CAST(:tokens AS text[])) WITH ORDINALITY AS t(token, ord)
 )
 SELECT terms.ord, terms.token, terms.lexeme,
@@ -40,7 +43,7 @@ class NativeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_", extra="ignore")
 
-    #: The text-search configuration (dictionary); inlined as a literal, hence an identifier.
+    #: The text-search configuration (dictionary), bound as ``:native_language``; checked to be a name.
     language: str = "english"
     #: ``ts_rank`` (default) or ``ts_rank_cd``; see :class:`NativeBackend` for why not the latter.
     rank: Literal["ts_rank", "ts_rank_cd"] = "ts_rank"
@@ -88,10 +91,12 @@ class NativeBackend:
         """Read the options; nothing touches the database here.
 
         :param settings: core settings (``BM25_*`` query options).
-        :param config: this backend's settings; when omitted, ``settings.plugins['native']`` and then the
+        :param config: this backend's settings; when omitted, ``settings.plugins["text_search"]["native"]`` and then the
             ``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_NATIVE_*`` variables.
         """
-        self.config = config if config is not None else plugin_settings(NativeSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(NativeSettings, self.name, settings, kind="text_search")
+        )
         self.language = self.config.language
         self.max_terms = settings.bm25_max_query_terms if settings else 16
         self.selective = settings.bm25_selective_terms if settings else True
@@ -115,13 +120,16 @@ class NativeBackend:
         # The query side splits CJK the same way, so bigrams meet bigrams.
         return bigram_cjk_runs(document)
 
+    def parameters(self) -> dict[str, Any]:
+        return {"native_language": self.language}
+
     def write_expression(self, document_sql: str) -> str:
-        return f"to_tsvector('{self.language}'::regconfig, {document_sql})"
+        return f"to_tsvector({_LANGUAGE}, {document_sql})"
 
     def _tsquery(self) -> str:
-        return f"to_tsquery('{self.language}'::regconfig, :query_text)"
+        return f"to_tsquery({_LANGUAGE}, :query_text)"
 
-    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> KeywordQuery | None:
         terms = query_terms(tokens)
         over_cap = bool(self.max_terms) and len(terms) > self.max_terms
         if (over_cap and self.selective) or (self.max_frequency < 1 and len(terms) > 1):
@@ -131,7 +139,7 @@ class NativeBackend:
         if not terms:
             return None
         # Terms hold only word characters; quoting each keeps to_tsquery from reading syntax.
-        return " | ".join(f"'{t}'" for t in terms)
+        return KeywordQuery(" | ".join(f"'{t}'" for t in terms), tuple(terms))
 
     async def _select_terms(self, terms: list[str], conn: AsyncConnection) -> list[str]:
         """Drop terms in more than ``max_frequency`` of the rows, then keep the rarest ``max_terms``.
@@ -143,7 +151,7 @@ class NativeBackend:
 
         try:
             async with conn.begin_nested():
-                rows = (await conn.execute(text(_TERM_FREQUENCIES), {"language": self.language, "tokens": terms})).all()
+                rows = (await conn.execute(text(_TERM_FREQUENCIES), {**self.parameters(), "tokens": terms})).all()
         except Exception:  # statistics are an optimisation: fall back to the first terms
             return terms
         words: list[Any] = [r for r in rows if r.lexeme]  # no lexeme: a stopword
@@ -170,13 +178,13 @@ class NativeBackend:
         or one statement per type gives the same scores. Every step is MATERIALIZED: inlined into
         the per-row score, the counts ran once per matching row (hundreds of times slower).
         """
-        lang = f"'{self.language}'::regconfig"
         return (
             f"(WITH hits AS MATERIALIZED (SELECT {columns}, search_vector AS hit_vector, fact_type AS hit_type "
             f"FROM memory_units WHERE {where} AND search_vector @@ {self._tsquery()}), "
-            # the query text is quoted terms joined by ' | ' (prepare_query), so it splits back into terms
-            "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(string_to_array(:query_text, ' | ')) "
-            f"AS t(term) CROSS JOIN LATERAL to_tsquery({lang}, t.term) AS q WHERE numnode(q) > 0), "
+            # one tsquery per term, each quoted as in :query_text so it reads as a word, never as syntax
+            "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(CAST(:query_terms AS text[])) "
+            f"AS t(term) CROSS JOIN LATERAL to_tsquery({_LANGUAGE}, quote_literal(t.term)) AS q "
+            "WHERE numnode(q) > 0), "
             "visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units "
             f"WHERE {where} GROUP BY fact_type), "
             "weights AS MATERIALIZED (SELECT visible.hit_type, terms.q, "

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.protocols import KeywordQuery
 from hindsight_recall.settings import plugin_settings
 from hindsight_recall.textsearch import INDEX, ExtensionBackend
 from hindsight_recall.textsearch import query_terms as word_terms
@@ -85,6 +86,20 @@ def query_terms(tokens: Sequence[str], max_terms: int) -> list[str]:
     return unique[:max_terms] if max_terms else unique
 
 
+def tokenizer_type(tokenizer: str) -> Any:
+    """The ``pdb`` type a text field is cast to, as a ``psycopg.sql`` composable.
+
+    :param tokenizer: a canonical, non-empty value of :func:`parse_tokenizer`, e.g. ``ngram(2,3)``.
+    """
+    from psycopg import sql  # late: only start-up composes DDL
+
+    name, _, rest = tokenizer.partition("(")
+    # type modifiers are numbers (n-gram sizes) or a plain word (lindera's language)
+    modifiers = [sql.Literal(int(a)) if a.isdigit() else sql.Identifier(a) for a in rest.rstrip(")").split(",") if a]
+    base = sql.SQL("pdb.{}").format(sql.Identifier(name))
+    return sql.SQL("{}({})").format(base, sql.SQL(",").join(modifiers)) if modifiers else base
+
+
 class PgSearchSettings(BaseSettings):
     """Settings of the pg_search backend (``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_*``)."""
 
@@ -112,25 +127,30 @@ class PgSearchBackend(ExtensionBackend):
         """Read the options; nothing touches the database here.
 
         :param settings: core settings (``BM25_MAX_QUERY_TERMS``).
-        :param config: this backend's settings; when omitted, ``settings.plugins['pg_search']`` and then the
+        :param config: this backend's settings; when omitted,
+            ``settings.plugins["text_search"]["pg_search"]`` and then the
             ``HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_*`` variables.
         """
         super().__init__(settings)
-        self.config = config if config is not None else plugin_settings(PgSearchSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(PgSearchSettings, self.name, settings, kind="text_search")
+        )
         self.tokenizer = self.config.tokenizer
         self.supports_cjk = handles_cjk(self.tokenizer)
         self.max_terms = settings.bm25_max_query_terms if settings else 16
 
     def index_statements(self) -> Sequence[str]:
-        fields = [f"({f}::pdb.{self.tokenizer})" if self.tokenizer else f for f in FIELDS]
+        # DDL binds no parameters: the tokenizer is composed from its validated parts, quoted.
+        cast = tokenizer_type(self.tokenizer).as_string(None) if self.tokenizer else ""
+        fields = [f"({f}::{cast})" if cast else f for f in FIELDS]
         return (
             f"CREATE INDEX IF NOT EXISTS {INDEX} ON memory_units "
             f"USING bm25 (id, {', '.join(fields)}) WITH (key_field = 'id')",
         )
 
-    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> KeywordQuery | None:
         terms = query_terms(tokens, self.max_terms)
-        return " ".join(terms) if terms else None
+        return KeywordQuery(" ".join(terms), tuple(terms)) if terms else None
 
     def arm_sql(self, *, columns: str, where: str) -> str:
         matches = ", ".join(f"paradedb.match('{f}', :query_text)" for f in FIELDS)

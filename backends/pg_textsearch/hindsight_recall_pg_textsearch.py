@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.protocols import KeywordQuery
 from hindsight_recall.textsearch import INDEX, ExtensionBackend, query_terms
 
 if TYPE_CHECKING:
@@ -30,12 +31,12 @@ class PgTextsearchBackend(ExtensionBackend):
             f"ON memory_units USING bm25 (text) WITH (text_config = '{TEXT_CONFIG}')",
         )
 
-    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> KeywordQuery | None:
         # Each distinct word once: to_bm25query counts a repeated word once per occurrence, so
         # "solar solar solar panel" would outweigh every other term. The index's English parser
         # still tokenizes and stems the words.
         terms = query_terms(tokens, bigrams=False)
-        return " ".join(terms) if terms else None
+        return KeywordQuery(" ".join(terms), tuple(terms)) if terms else None
 
     def arm_sql(self, *, columns: str, where: str) -> str:
         # <@> is a distance (the negated BM25 score). A gate next to the ORDER BY ... LIMIT can keep

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hindsight_recall.hookspecs import hookimpl
+from hindsight_recall.protocols import KeywordQuery
 from hindsight_recall.textsearch import INDEX, ExtensionBackend, query_terms
 
 if TYPE_CHECKING:
@@ -78,13 +79,13 @@ class PgroongaBackend(ExtensionBackend):
             "WITH (tokenizer = 'TokenBigram', normalizer = 'NormalizerNFKC150')",
         )
 
-    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> KeywordQuery | None:
         terms = content_terms(query_terms(tokens))
         if not terms:
             return None
         # Terms are lower case, so none of them is the query-syntax keyword OR; the SQL still
         # escapes the whole text with pgroonga_query_escape.
-        return " OR ".join(terms)
+        return KeywordQuery(" OR ".join(terms), tuple(terms))
 
     def arm_sql(self, *, columns: str, where: str) -> str:
         # The function scores the bank's matches; the join reads their rows under core's filters.

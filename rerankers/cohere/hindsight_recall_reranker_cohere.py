@@ -41,10 +41,12 @@ class CohereReranker(HTTPReranker):
         """Check the settings; nothing is sent before :meth:`score`.
 
         :param settings: core settings (bank header).
-        :param config: this plugin's settings; when omitted, ``settings.plugins['cohere']`` and then the
+        :param config: this plugin's settings; when omitted, ``settings.plugins["reranker"]["cohere"]`` and then the
             ``HINDSIGHT_API_RERANKER_COHERE_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config if config is not None else plugin_settings(CohereSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(CohereSettings, self.name, settings, kind="reranker")
+        )
         key = required_secret(self.config.api_key, "HINDSIGHT_API_RERANKER_COHERE_API_KEY", "the Cohere API key")
         self._http = RerankHTTP(
             replace(API, extra={"model": self.config.model}),

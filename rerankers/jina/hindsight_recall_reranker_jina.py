@@ -40,10 +40,12 @@ class JinaReranker(HTTPReranker):
         """Check the settings; nothing is sent before :meth:`score`.
 
         :param settings: core settings (bank header).
-        :param config: this plugin's settings; when omitted, ``settings.plugins['jina']`` and then the
+        :param config: this plugin's settings; when omitted, ``settings.plugins["reranker"]["jina"]`` and then the
             ``HINDSIGHT_API_RERANKER_JINA_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config if config is not None else plugin_settings(JinaSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(JinaSettings, self.name, settings, kind="reranker")
+        )
         key = required_secret(self.config.api_key, "HINDSIGHT_API_RERANKER_JINA_API_KEY", "the Jina AI API key")
         if not self.config.base_url:
             raise MissingSetting(

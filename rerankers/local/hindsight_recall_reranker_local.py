@@ -74,10 +74,12 @@ class LocalReranker:
         """Remember the settings; the model loads in :meth:`start` or on first use.
 
         :param settings: core settings (``MODEL_INIT_TIMEOUT``).
-        :param config: this plugin's settings; when omitted, ``settings.plugins['local']`` and then the
+        :param config: this plugin's settings; when omitted, ``settings.plugins["reranker"]["local"]`` and then the
             ``HINDSIGHT_API_RERANKER_LOCAL_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config if config is not None else plugin_settings(LocalSettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(LocalSettings, self.name, settings, kind="reranker")
+        )
         self.init_timeout = settings.model_init_timeout if settings else 300.0
         self.device: str | None = None
         self._model: Any = None

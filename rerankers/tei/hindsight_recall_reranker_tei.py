@@ -45,10 +45,12 @@ class TEIReranker(HTTPReranker):
         """Check the settings; nothing is sent before :meth:`start` or :meth:`score`.
 
         :param settings: core settings (bank header, model start-up bound).
-        :param config: this plugin's settings; when omitted, ``settings.plugins['tei']`` and then the
+        :param config: this plugin's settings; when omitted, ``settings.plugins["reranker"]["tei"]`` and then the
             ``HINDSIGHT_API_RERANKER_TEI_*`` variables (:func:`~hindsight_recall.settings.plugin_settings`).
         """
-        self.config = config if config is not None else plugin_settings(TEISettings, self.name, settings)
+        self.config = config if config is not None else (
+            plugin_settings(TEISettings, self.name, settings, kind="reranker")
+        )
         if not self.config.url:
             raise MissingSetting(
                 "HINDSIGHT_API_RERANKER_TEI_URL", "the TEI server's base URL, e.g. http://localhost:8080"

@@ -24,7 +24,7 @@ QUERY = "alice today pottery"
 
 def _settings(tmp_path: Path, **native: Any) -> Any:
     return load_settings(database_url=None, embedded_data_dir=tmp_path / "data", text_search_extension="native",
-                         reranker_provider="rrf", plugins={"native": native})
+                         reranker_provider="rrf", plugins={"text_search": {"native": native}})
 
 
 def test_rare_terms_lead_and_document_frequency_stays_in_the_bank(
@@ -44,3 +44,23 @@ def test_rare_terms_lead_and_document_frequency_stays_in_the_bank(
     assert plain[0] != "rare" and plain.index("rare") > plain.index("common")
     assert set(weighted) == set(plain)  # weighting reorders; it never adds or drops matches
     assert not any(i.startswith("pot-") for i in weighted)
+
+
+def test_term_statistics_are_read_from_the_table(tmp_path: Path, hr_run: Callable[[Awaitable[Any]], Any]) -> None:
+    """The frequency query reads pg_stats of search_vector, stemmed with the configured language."""
+    settings = load_settings(database_url=None, embedded_data_dir=tmp_path / "data", text_search_extension="native",
+                             reranker_provider="rrf", bm25_max_term_frequency=0.5)
+
+    async def run() -> Any:
+        async with Engine(settings) as engine:
+            await engine.retain("stats", [{"id": f"m{i}", "text": f"Alice walked to step {i}."} for i in range(40)]
+                                + [{"id": "rare", "text": "The pottery class was full."}])
+            async with engine.db.connect() as conn:
+                from sqlalchemy import text
+
+                await conn.execute(text("ANALYZE memory_units"))
+                # "walking" meets "walked" only through the english stemmer; "the" is a stopword
+                return await engine.text_search.prepare_query("", ["alice", "walking", "the", "pottery"], conn)
+
+    query = hr_run(run())
+    assert query is not None and query.terms == ("pottery",)

@@ -41,7 +41,7 @@ def test_language_decides_stemming_and_stopwords(
     # The language is the backend's own setting (VARIABLE in the environment), given here in code.
     settings = load_settings(database_url=None, embedded_data_dir=tmp_path / "data",
                              text_search_extension="native", reranker_provider="rrf",
-                             plugins={"native": {"language": language}})
+                             plugins={"text_search": {"native": {"language": language}}})
     bank = f"lang-{uuid.uuid4().hex[:8]}"
 
     async def run() -> dict[str, list[str]]:

@@ -21,7 +21,8 @@ WHERE = (
     "bank_id = :bank_id AND fact_type = 'world' AND "
     "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
 )
-TSQUERY = "to_tsquery('english'::regconfig, :query_text)"
+LANGUAGE = "CAST(:native_language AS regconfig)"
+TSQUERY = f"to_tsquery({LANGUAGE}, :query_text)"
 ARM = (
     f"(SELECT id, text, fact_type, ts_rank(search_vector, {TSQUERY}) AS bm25_score FROM memory_units "
     f"WHERE {WHERE} AND search_vector @@ {TSQUERY} AND ts_rank(search_vector, {TSQUERY}) >= :min_score "
@@ -30,8 +31,8 @@ ARM = (
 IDF_ARM = (
     "(WITH hits AS MATERIALIZED (SELECT id, text, fact_type, search_vector AS hit_vector, fact_type AS hit_type "
     f"FROM memory_units WHERE {WHERE} AND search_vector @@ {TSQUERY}), "
-    "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(string_to_array(:query_text, ' | ')) AS t(term) "
-    "CROSS JOIN LATERAL to_tsquery('english'::regconfig, t.term) AS q WHERE numnode(q) > 0), "
+    "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(CAST(:query_terms AS text[])) AS t(term) "
+    f"CROSS JOIN LATERAL to_tsquery({LANGUAGE}, quote_literal(t.term)) AS q WHERE numnode(q) > 0), "
     f"visible AS MATERIALIZED (SELECT fact_type AS hit_type, count(*) AS n FROM memory_units WHERE {WHERE} "
     "GROUP BY fact_type), "
     "weights AS MATERIALIZED (SELECT visible.hit_type, terms.q, "
@@ -43,21 +44,6 @@ IDF_ARM = (
     "SELECT id, text, fact_type, bm25_score FROM scored WHERE bm25_score >= :min_score "
     "ORDER BY bm25_score DESC, id LIMIT :limit)"
 )
-TERM_FREQUENCIES = """
-WITH stats AS (
-    SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs
-    FROM pg_stats
-    WHERE schemaname = current_schema() AND tablename = 'memory_units' AND attname = 'search_vector'
-), terms AS (
-    SELECT t.ord, t.token, (tsvector_to_array(to_tsvector(CAST(:language AS regconfig), t.token)))[1] AS lexeme
-    FROM unnest(CAST(:tokens AS text[])) WITH ORDINALITY AS t(token, ord)
-)
-SELECT terms.ord, terms.token, terms.lexeme,
-       COALESCE((SELECT stats.freqs[array_position(stats.elems, terms.lexeme)] FROM stats), 0) AS freq
-FROM terms ORDER BY terms.ord
-"""
-
-
 def backend(**settings: Any) -> NativeBackend:
     return NativeBackend(Settings(**settings), NativeSettings())
 
@@ -100,16 +86,17 @@ def test_golden_statements() -> None:
     assert b.index_statements() == (
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units USING gin (search_vector)",
     )
-    assert b.write_expression("document") == "to_tsvector('english'::regconfig, document)"
+    assert b.write_expression("document") == f"to_tsvector({LANGUAGE}, document)"
+    assert b.parameters() == {"native_language": "english"}
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == IDF_ARM
     assert NativeBackend(Settings(), NativeSettings(idf=False)).arm_sql(columns=COLUMNS, where=WHERE) == ARM
-    assert native._TERM_FREQUENCIES == TERM_FREQUENCIES
 
 
-def test_language_setting_is_inlined() -> None:
+def test_language_is_a_bound_parameter_never_sql_text() -> None:
     b = NativeBackend(Settings(), NativeSettings(language="simple"))
-    assert b.write_expression("d") == "to_tsvector('simple'::regconfig, d)"
-    assert "to_tsquery('simple'::regconfig, :query_text)" in b.arm_sql(columns=COLUMNS, where=WHERE)
+    assert b.parameters() == {"native_language": "simple"}
+    for sql in (b.write_expression("d"), b.arm_sql(columns=COLUMNS, where=WHERE), native._TERM_FREQUENCIES):
+        assert "simple" not in sql and ":native_language" in sql
 
 
 @pytest.mark.parametrize("language", ["english'; DROP TABLE x; --", "en glish", "1english", ""])
@@ -158,7 +145,16 @@ def test_prepare_document_bigrams_cjk(document: str, prepared: str) -> None:
 )
 async def test_prepare_query(tokens: list[str], expected: str) -> None:
     b = backend(bm25_max_query_terms=0)
-    assert await b.prepare_query(" ".join(tokens), tokens, FakeConnection()) == expected
+    assert await query_text(b, tokens, FakeConnection(), " ".join(tokens)) == expected
+
+
+async def query_text(b: NativeBackend, tokens: list[str], conn: Any, query: str = "") -> str | None:
+    """The bound query text; checks that the bound terms are the same terms, in order."""
+    prepared = await b.prepare_query(query, tokens, conn)
+    if prepared is None:
+        return None
+    assert prepared.text == " | ".join(f"'{t}'" for t in prepared.terms)
+    return prepared.text
 
 
 @pytest.mark.parametrize("tokens", [[], [""], ["&", "|", "'", "\x00"], ["   "]])
@@ -197,59 +193,59 @@ async def test_cap_keeps_the_rarest_terms_in_query_order() -> None:
     conn = FakeConnection({"alice": 0.5, "cat": 0.01, "the": 0.9, "went": 0.3, "home": 0.02})
     b = backend(bm25_max_query_terms=2)
     tokens = ["the", "alice", "cat", "went", "home"]
-    assert await b.prepare_query("", tokens, conn) == "'cat' | 'home'"
+    assert await query_text(b, tokens, conn) == "'cat' | 'home'"
     ((sql, params),) = conn.executed
-    assert sql == TERM_FREQUENCIES
-    assert params == {"language": "english", "tokens": tokens}
+    assert sql == native._TERM_FREQUENCIES
+    assert params == {"native_language": "english", "tokens": tokens}
 
 
 async def test_cap_drops_stopwords_and_breaks_ties_by_position() -> None:
     b = backend(bm25_max_query_terms=2)
-    assert await b.prepare_query("", ["the", "red", "of", "fox", "dog"], FakeConnection()) == "'red' | 'fox'"
+    assert await query_text(b, ["the", "red", "of", "fox", "dog"], FakeConnection()) == "'red' | 'fox'"
 
 
 async def test_cap_falls_back_to_the_first_terms() -> None:
     tokens = ["a", "b", "c", "d"]
     b = backend(bm25_max_query_terms=2)
-    assert await b.prepare_query("", tokens, FakeConnection(fail=True)) == "'a' | 'b'"
+    assert await query_text(b, tokens, FakeConnection(fail=True)) == "'a' | 'b'"
     conn = FakeConnection({"a": 0.9})
     b = backend(bm25_max_query_terms=2, bm25_selective_terms=False, bm25_max_term_frequency=1.0)
-    assert await b.prepare_query("", tokens, conn) == "'a' | 'b'"
+    assert await query_text(b, tokens, conn) == "'a' | 'b'"
     assert conn.executed == []
 
 
 async def test_terms_in_too_many_rows_are_dropped() -> None:
     conn = FakeConnection({"alice": 0.5, "april": 0.37, "2024": 0.37, "hike": 0.02, "the": 0.9})
     b = backend(bm25_max_term_frequency=0.1)
-    assert await b.prepare_query("", ["the", "alice", "hike", "april", "2024"], conn) == "'hike'"
+    assert await query_text(b, ["the", "alice", "hike", "april", "2024"], conn) == "'hike'"
     b = backend(bm25_max_term_frequency=0.4)
-    assert await b.prepare_query("", ["alice", "hike", "april", "2024"], conn) == "'hike' | 'april' | '2024'"
+    assert await query_text(b, ["alice", "hike", "april", "2024"], conn) == "'hike' | 'april' | '2024'"
 
 
 async def test_a_query_of_common_terms_only_keeps_them() -> None:
     conn = FakeConnection({"alice": 0.5, "april": 0.37})
-    assert await backend(bm25_max_term_frequency=0.1).prepare_query("", ["alice", "april"], conn) == "'alice' | 'april'"
+    assert await query_text(backend(bm25_max_term_frequency=0.1), ["alice", "april"], conn) == "'alice' | 'april'"
 
 
 async def test_frequency_pruning_needs_two_terms_and_survives_missing_statistics() -> None:
     conn = FakeConnection({"alice": 0.5})
-    assert await backend().prepare_query("", ["alice"], conn) == "'alice'"
+    assert await query_text(backend(), ["alice"], conn) == "'alice'"
     assert conn.executed == []  # one term: nothing to choose between, no statistics query
-    assert await backend().prepare_query("", ["alice", "hike"], FakeConnection(fail=True)) == "'alice' | 'hike'"
+    assert await query_text(backend(), ["alice", "hike"], FakeConnection(fail=True)) == "'alice' | 'hike'"
     off = FakeConnection({"alice": 0.5})
-    assert await backend(bm25_max_term_frequency=1.0).prepare_query("", ["alice", "hike"], off) == "'alice' | 'hike'"
+    assert await query_text(backend(bm25_max_term_frequency=1.0), ["alice", "hike"], off) == "'alice' | 'hike'"
     assert off.executed == []
 
 
 async def test_cap_counts_cjk_bigrams() -> None:
     conn = FakeConnection({"東京": 0.5})
-    assert await backend(bm25_max_query_terms=2).prepare_query("", ["東京タワー"], conn) == "'京タ' | 'タワ'"
+    assert await query_text(backend(bm25_max_query_terms=2), ["東京タワー"], conn) == "'京タ' | 'タワ'"
 
 
 async def test_zero_cap_is_unlimited() -> None:
     tokens = [f"t{i}" for i in range(40)]
     query = await backend(bm25_max_query_terms=0).prepare_query("", tokens, FakeConnection(fail=True))
-    assert query is not None and query.count("|") == 39
+    assert query is not None and len(query.terms) == 40
 
 
 def test_reference_ranking_function_is_available() -> None:

@@ -81,13 +81,13 @@ def test_golden_statements() -> None:
 @pytest.mark.parametrize(
     ("tokenizer", "fields"),
     [
-        ("jieba", "(text::pdb.jieba), (context::pdb.jieba), (text_signals::pdb.jieba)"),
+        ("jieba", '(text::pdb."jieba"), (context::pdb."jieba"), (text_signals::pdb."jieba")'),
         (
             "lindera(japanese)",
-            "(text::pdb.lindera(japanese)), (context::pdb.lindera(japanese)), "
-            "(text_signals::pdb.lindera(japanese))",
+            '(text::pdb."lindera"("japanese")), (context::pdb."lindera"("japanese")), '
+            '(text_signals::pdb."lindera"("japanese"))',
         ),
-        ("ngram(2,3)", "(text::pdb.ngram(2,3)), (context::pdb.ngram(2,3)), (text_signals::pdb.ngram(2,3))"),
+        ("ngram(2,3)", '(text::pdb."ngram"(2,3)), (context::pdb."ngram"(2,3)), (text_signals::pdb."ngram"(2,3))'),
     ],
 )
 def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, fields: str) -> None:
@@ -149,13 +149,13 @@ def test_invalid_tokenizer_is_rejected_naming_the_variable(value: str) -> None:
 
 
 def test_invalid_tokenizer_is_a_startup_error() -> None:
-    settings = Settings(plugins={"pg_search": {"tokenizer": "ngram(3,2)"}})
+    settings = Settings(plugins={"text_search": {"pg_search": {"tokenizer": "ngram(3,2)"}}})
     with pytest.raises(ConfigError, match=rf"{VARIABLE}: Value error, {VARIABLE}='ngram\(3,2\)' is not a ParadeDB"):
         PgSearchBackend(settings)
 
 
 def test_tokenizer_is_read_from_settings_in_code() -> None:
-    settings = Settings(plugins={"pg_search": {"tokenizer": " Japanese_Lindera "}})
+    settings = Settings(plugins={"text_search": {"pg_search": {"tokenizer": " Japanese_Lindera "}}})
     assert PgSearchBackend(settings).tokenizer == "lindera(japanese)"
 
 
@@ -187,15 +187,16 @@ def test_prepare_document_keeps_the_text() -> None:
 )
 async def test_prepare_query_keeps_word_terms(tokens: list[str], expected: str) -> None:
     b = backend(bm25_max_query_terms=0)
-    assert await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION) == expected
+    query = await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION)
+    assert query is not None and query.text == expected and query.terms == tuple(expected.split())
 
 
 async def test_prepare_query_caps_the_terms() -> None:
     tokens = [f"t{i}" for i in range(20)]
     capped = await backend(bm25_max_query_terms=3).prepare_query("", tokens, NO_CONNECTION)
-    assert capped == "t0 t1 t2"
+    assert capped is not None and (capped.text, capped.terms) == ("t0 t1 t2", ("t0", "t1", "t2"))
     unlimited = await backend(bm25_max_query_terms=0).prepare_query("", tokens, NO_CONNECTION)
-    assert unlimited == " ".join(tokens)
+    assert unlimited is not None and unlimited.terms == tuple(tokens)
 
 
 @pytest.mark.parametrize("tokens", [[], [""], [" ", ".", "\x00", "&|!"]])

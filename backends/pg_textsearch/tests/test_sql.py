@@ -104,7 +104,8 @@ HOSTILE = "what & | ! ( ) : * < > ' \\ did alice say"
     ],
 )
 async def test_prepare_query_sends_each_word_once(query: str, tokens: list[str], expected: str) -> None:
-    assert await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) == expected
+    prepared = await PgTextsearchBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION)
+    assert prepared is not None and prepared.text == expected and prepared.terms == tuple(expected.split())
 
 
 @pytest.mark.parametrize(

@@ -135,9 +135,38 @@ def test_prepare_document_keeps_the_text() -> None:
 )
 async def test_prepare_query(tokens: list[str], expected: str) -> None:
     b = PgroongaBackend(Settings())
-    assert await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION) == expected
+    query = await b.prepare_query(" ".join(tokens), tokens, NO_CONNECTION)
+    assert query is not None and query.text == expected and query.terms == tuple(expected.split(" OR "))
 
 
 @pytest.mark.parametrize("tokens", [[], [""], ["&", "()", "\x00"]])
 async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
     assert await PgroongaBackend(Settings()).prepare_query("& ()", tokens, NO_CONNECTION) is None
+
+
+class RecordingConnection:
+    """A database that PGroonga already set up: records what a start runs on it."""
+
+    def __init__(self) -> None:
+        self.executed: list[str] = []
+
+    async def scalar(self, statement: Any, params: Any = None) -> Any:
+        assert "text_search_extension" in str(statement)
+        return PgroongaBackend.name
+
+    async def execute(self, statement: Any, params: Any = None) -> None:
+        self.executed.append(str(statement))
+
+
+async def test_a_start_on_an_existing_database_replaces_the_hits_function() -> None:
+    """An upgraded HITS_DDL reaches a database a previous release set up: each start runs it again."""
+    import pglast
+    from hindsight_recall.store.schema import _install_text_search
+
+    (raw,) = pglast.parse_sql(pgroonga.HITS_DDL)
+    function = raw.stmt
+    assert type(function).__name__ == "CreateFunctionStmt" and function.replace  # in place, same signature
+    conn = RecordingConnection()
+    await _install_text_search(cast(AsyncConnection, conn), PgroongaBackend(Settings()))
+    assert conn.executed == list(PgroongaBackend(Settings()).install_statements())
+    assert pgroonga.HITS_DDL in conn.executed  # and nothing else: the column and index stay as they are

@@ -177,6 +177,18 @@ def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp:
 
 
 @main.command()
+def mcp() -> None:
+    """Serve recall, retain and the bank listing as MCP tools over stdin/stdout.
+
+    For an agent that launches its tools as processes; stdout carries the protocol only, logs go to
+    stderr.
+    """
+    from .service.mcp import serve_stdio  # late: the MCP SDK is not needed by other commands
+
+    run(lambda: serve_stdio(open_engine()))
+
+
+@main.command()
 def plugins() -> None:
     """List installed plugins and what they provide, as JSON."""
     from .plugins import get_plugin_manager

@@ -37,7 +37,7 @@ class Engine:
     """A recall engine over one database. Use ``async with Engine() as engine``.
 
     Everything can be configured in code: core options as :class:`Settings` fields, a plugin's own
-    options under ``Settings(plugins={"<name>": {...}})``, or a ready plugin instance. Whatever the
+    options under ``Settings(plugins={"<kind>": {"<name>": {...}}})``, or a ready plugin instance. Whatever the
     code leaves out is read from the ``HINDSIGHT_API_*`` environment.
 
     :param settings: core settings (default: read from ``HINDSIGHT_API_*``).

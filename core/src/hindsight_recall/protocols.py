@@ -49,6 +49,33 @@ class SqlFilter:
 
 
 @dataclass(frozen=True)
+class KeywordQuery:
+    """What :meth:`TextSearchBackend.prepare_query` returns: the query as the backend's SQL binds it.
+
+    The keyword arm binds ``text`` as ``:query_text`` and ``terms`` as ``:query_terms`` (a
+    ``text[]``), so SQL that needs the terms one by one reads the array instead of parsing the text.
+    """
+
+    #: bound as ``:query_text``, in the backend's own query syntax
+    text: str
+    #: bound as ``:query_terms``; empty when the backend's SQL does not use them
+    terms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArmStatement:
+    """One arm's UNION ALL of per-fact-type sub-selects, ready to be composed with other arms'."""
+
+    arm: str
+    subselects: Sequence[str]
+    params: Mapping[str, Any]
+    #: ``hnsw.*`` settings the statement needs (empty: none)
+    ann: Mapping[str, str] = field(default_factory=dict)
+    #: seconds the arm allows itself; past it the arms run apart (the arm's own fallback applies)
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
 class RetrievalContext:
     """Everything an arm needs to retrieve for one recall."""
 
@@ -68,20 +95,42 @@ class RetrievalContext:
     window: TimeWindow | None = None
     min_semantic: float | None = None
     min_keyword: float | None = None
-    #: the bank's rows are in the shared HNSW indexes (a large bank); otherwise arms rank exactly
+    #: the bank's rows are in the shared HNSW indexes (a large bank); otherwise arms rank exactly.
+    #: :meth:`where` adds the indexes' predicate when it is true.
     indexed: bool = False
+
+    def where(self, fact_type: str) -> str:
+        """The predicate every statement over ``memory_units`` for one fact type ANDs in.
+
+        It holds the bank (``:bank_id``), the fact type, the tag filter (its parameters are in
+        :meth:`params`) and, for a bank in the shared HNSW indexes (:attr:`indexed`), the indexes'
+        own predicate ``ann``: without it the planner cannot use them, and a large bank is
+        scanned exactly.
+
+        :param fact_type: one of :attr:`fact_types`.
+        :raises ValueError: for a fact type the recall does not search.
+        """
+        if fact_type not in self.fact_types:  # inlined below: only validated values may pass
+            raise ValueError(f"{fact_type!r} is not one of this recall's fact types {list(self.fact_types)}")
+        ann = " AND ann" if self.indexed else ""
+        return f"bank_id = :bank_id AND fact_type = '{fact_type}'{ann} AND {self.filter.sql}"
+
+    def params(self) -> dict[str, Any]:
+        """The parameters :meth:`where` binds: ``bank_id`` and the tag filter's."""
+        return {"bank_id": self.bank_id, **self.filter.params}
 
 
 @runtime_checkable
 class Retriever(Protocol):
     """A retrieval arm: returns scored memories for a query, one result per fact type.
 
-    An arm that uses neither the query vector nor the date window may set the class attribute
-    ``needs_embedding = False``: it then starts while the query is embedded, with an empty
-    ``ctx.embedding`` and no ``ctx.window``.
+    Build statements with :meth:`RetrievalContext.where` and bind :meth:`RetrievalContext.params`.
     """
 
     name: str
+    #: Optional. False for an arm that uses neither the query vector nor the date window: it then
+    #: starts while the query is embedded, with an empty ``ctx.embedding`` and no ``ctx.window``.
+    needs_embedding: bool = True
 
     def enabled(self, ctx: RetrievalContext) -> bool:
         """Say whether the arm runs for this recall (stage toggles, empty tokens, no window).
@@ -97,12 +146,24 @@ class Retriever(Protocol):
         """
         ...
 
+    @optional
+    def statement(self, ctx: RetrievalContext) -> ArmStatement | None:
+        """Optional. The arm as one SQL statement that core may run together with other arms'.
+
+        Arms that return one (and agree on shared parameters) run as a single statement on one
+        connection; ``None`` (the default) runs :meth:`retrieve`.
+
+        :param ctx: the recall's retrieval context.
+        """
+        return None
+
 
 @runtime_checkable
 class TextSearchBackend(Protocol):
     """SQL for one keyword-search extension: DDL, the write expression, query text and arm SQL.
 
-    Statements bind ``:query_text``, ``:min_score`` and ``:limit``; core binds the rest.
+    Statements bind ``:query_text`` and ``:query_terms`` (from :meth:`prepare_query`),
+    ``:min_score``, ``:limit`` and the backend's own :meth:`parameters`; core binds the rest.
     """
 
     name: str
@@ -124,7 +185,10 @@ class TextSearchBackend(Protocol):
     extensions: tuple[str, ...] = ()
 
     def install_statements(self) -> Sequence[str]:
-        """Idempotent one-time setup such as ``CREATE EXTENSION``."""
+        """Idempotent setup such as ``CREATE EXTENSION`` or ``CREATE OR REPLACE FUNCTION``.
+
+        Core runs them at every start, so a new version of a statement reaches existing databases.
+        """
         ...
 
     def session_statements(self) -> Sequence[str]:
@@ -153,10 +217,24 @@ class TextSearchBackend(Protocol):
         """
         ...
 
+    @optional
+    def parameters(self) -> Mapping[str, Any]:
+        """Optional. The backend's own bound parameters (e.g. a text-search configuration).
+
+        Core binds them in every statement holding the backend's :meth:`arm_sql` or
+        :meth:`write_expression`, so options reach SQL as values, never as SQL text. Names must
+        not be core's (``bank_id``, ``query_text``, ``query_terms``, ``min_score``, ``limit``,
+        ``per_type``, ``filter_*``); the backend's name as a prefix (``native_language``) keeps
+        them apart from names core may add. The default binds none.
+        """
+        return {}
+
     async def prepare_query(
         self, query: str, tokens: Sequence[str], conn: AsyncConnection
-    ) -> str | None:
-        """Turn the query into the text bound as ``:query_text``; ``None`` skips the arm.
+    ) -> KeywordQuery | str | None:
+        """Turn the query into what the arm binds (:class:`KeywordQuery`); ``None`` skips the arm.
+
+        A plain string is read as ``KeywordQuery(text=...)``.
 
         :param query: the normalised query string.
         :param tokens: its lower-cased word tokens.
@@ -187,8 +265,10 @@ class Reranker(Protocol):
     ) -> list[float]:
         """Score every document against the query, in input order.
 
-        Core bounds each call by ``HINDSIGHT_API_RERANKER_TIMEOUT`` and min-max normalises the raw
-        scores of one recall into [0, 1]; any finite floats will do.
+        Core bounds each call by ``HINDSIGHT_API_RERANKER_TIMEOUT`` and normalises one recall's raw
+        scores into [0, 1] (:func:`hindsight_recall.recall.scoring.normalise`: a batch inside
+        [0, 1] is kept as it is, any other goes through the logistic sigmoid); any finite floats
+        will do.
 
         :param query: the recall query.
         :param documents: the pair texts.
@@ -265,7 +345,7 @@ def optional_members(protocol: type) -> dict[str, Any]:
     :param protocol: one of the protocol classes above.
     """
     defaults: dict[str, Any] = {}
-    for name in _members(protocol):
+    for name in members(protocol):
         value = protocol.__dict__.get(name, _NO_DEFAULT)
         if inspect.isfunction(value) and not getattr(value, "__optional__", False):
             continue  # a required method: its body is only ``...``
@@ -281,7 +361,7 @@ def missing_members(obj: Any, protocol: type) -> list[str]:
     :param protocol: the protocol it should satisfy.
     """
     optional = optional_members(protocol)
-    return sorted(name for name in _members(protocol) if name not in optional and not hasattr(obj, name))
+    return sorted(name for name in members(protocol) if name not in optional and not hasattr(obj, name))
 
 
 def sync_members(obj: Any, protocol: type) -> list[str]:
@@ -317,7 +397,11 @@ def apply_defaults(obj: Any, protocol: type) -> list[str]:
 _NO_DEFAULT = object()
 
 
-def _members(protocol: type) -> list[str]:
+def members(protocol: type) -> list[str]:
+    """Every member a protocol declares, attributes first, in declaration order.
+
+    :param protocol: one of the protocol classes above.
+    """
     annotated = list(protocol.__dict__.get("__annotations__", {}))
     methods = [n for n, v in protocol.__dict__.items() if inspect.isfunction(v) and not n.startswith("_")]
     return list(dict.fromkeys(annotated + methods))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 PREFIX = "HINDSIGHT_API_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECAY_FUNCTIONS = ("linear", "exponential", "none")
+#: The keys of ``Settings.plugins``: one section per plugin kind (``hindsight_recall.protocols.KINDS``).
+PLUGIN_KINDS = ("text_search", "reranker", "retriever", "budget_function", "embeddings")
 GRAPH_RETRIEVERS = ("link_expansion",)
 
 
@@ -159,8 +162,10 @@ class Settings(BaseSettings, BankSettings):
     service_access_log: Literal["text", "json", "off"] = "text"
 
     # Plugins
-    #: Plugin name -> that plugin's own settings given in code (a mapping of field names, or an
-    #: instance of its settings class); the plugin's environment variables fill in the rest.
+    #: Plugin kind -> plugin name -> that plugin's own settings given in code (a mapping of field
+    #: names, or an instance of its settings class), e.g. ``{"reranker": {"local": {...}}}``: names
+    #: are unique per kind only (``local`` is an embedder and a reranker). The plugin's environment
+    #: variables fill in the rest. The older form without the kind is deprecated.
     plugins: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("database_schema")
@@ -208,9 +213,19 @@ class Settings(BaseSettings, BankSettings):
     @field_validator("plugins")
     @classmethod
     def _plugin_values(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name, values in value.items():
-            if not isinstance(values, Mapping | BaseModel):
-                raise ValueError(f"plugins[{name!r}] must be a mapping of setting names to values")
+        for key, section in value.items():
+            if key in PLUGIN_KINDS:
+                if not isinstance(section, Mapping):
+                    raise ValueError(f"plugins[{key!r}] must map plugin names to their settings")
+                for name, values in section.items():
+                    _check_plugin_values(f"plugins[{key!r}][{name!r}]", values)
+                continue
+            _check_plugin_values(f"plugins[{key!r}]", section)
+            warnings.warn(
+                f"plugins[{key!r}] without the plugin kind is deprecated, and applies to every plugin named "
+                f"{key!r} whatever its kind: write plugins={{'<kind>': {{{key!r}: ...}}}} with a kind of "
+                f"{', '.join(PLUGIN_KINDS)}", DeprecationWarning, stacklevel=2,
+            )
         return value
 
     @model_validator(mode="after")
@@ -306,33 +321,45 @@ def describe_validation_error(exc: ValidationError, prefix: str = PREFIX) -> str
 M = TypeVar("M", bound=BaseModel)
 
 
-def plugin_settings(model: type[M], name: str, settings: Settings | None = None) -> M:
+def _check_plugin_values(where: str, values: Any) -> None:
+    if not isinstance(values, Mapping | BaseModel):
+        raise ValueError(f"{where} must be a mapping of setting names to values")
+
+
+def plugin_settings(model: type[M], name: str, settings: Settings | None = None, *, kind: str | None = None) -> M:
     """Build a plugin's own settings: values given in code, then its environment variables, then defaults.
 
-    The code values are ``settings.plugins[name]``, either a mapping of field names or a ready
-    ``model`` instance (returned as it is). A ``model`` that is a pydantic-settings ``BaseSettings``
-    reads its own prefix (e.g. ``HINDSIGHT_API_RERANKER_TEI_``) for fields the code leaves out; that
-    is the only place the environment is consulted, so a plugin constructor calls this instead of
-    reading ``os.environ``. Unknown names and invalid values raise :class:`ConfigError`, naming the
-    variable.
+    The code values are ``settings.plugins[kind][name]``, either a mapping of field names or a ready
+    ``model`` instance (returned as it is); the deprecated ``settings.plugins[name]`` is read when
+    that is missing. A ``model`` that is a pydantic-settings ``BaseSettings`` reads its own prefix
+    (e.g. ``HINDSIGHT_API_RERANKER_TEI_``) for fields the code leaves out; that is the only place
+    the environment is consulted, so a plugin constructor calls this instead of reading
+    ``os.environ``. Unknown names and invalid values raise :class:`ConfigError`, naming the variable.
 
     :param model: the plugin's settings class.
-    :param name: the plugin's name, the key in ``settings.plugins``.
+    :param name: the plugin's name.
     :param settings: core settings; ``None`` means no values in code.
+    :param kind: the plugin's kind, one of :data:`PLUGIN_KINDS` (``None`` reads only the old form).
+    :raises ValueError: for a kind that is not one of :data:`PLUGIN_KINDS`.
     """
-    given = settings.plugins.get(name) if settings is not None else None
+    if kind is not None and kind not in PLUGIN_KINDS:
+        raise ValueError(f"unknown plugin kind {kind!r} (kinds: {', '.join(PLUGIN_KINDS)})")
+    plugins = settings.plugins if settings is not None else {}
+    section = plugins.get(kind, {}) if kind is not None else {}
+    where = f"plugins[{kind!r}][{name!r}]" if name in section else f"plugins[{name!r}]"
+    given = section[name] if name in section else (plugins.get(name) if name not in PLUGIN_KINDS else None)
     if isinstance(given, model):
         return given
     if isinstance(given, BaseModel):
         raise ConfigError(
-            f"plugins[{name!r}] is a {type(given).__name__}, but the {name!r} plugin expects a {model.__name__}"
+            f"{where} is a {type(given).__name__}, but the {name!r} plugin expects a {model.__name__}"
         )
     values = dict(given or {})
     prefix = str(model.model_config.get("env_prefix", "") or "")
     unknown = sorted(set(values) - set(model.model_fields))
     if unknown:
         raise ConfigError(
-            f"plugins[{name!r}]: unknown setting {unknown[0]!r} for the {name!r} plugin "
+            f"{where}: unknown setting {unknown[0]!r} for the {name!r} plugin "
             f"(known: {', '.join(model.model_fields)})"
         )
     try:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError
+from .protocols import KeywordQuery
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from .protocols import TextSearchBackend
     from .settings import Settings
 
 #: Every backend's index has this name.
@@ -86,6 +90,36 @@ def raw_query_text(query: str, tokens: Sequence[str]) -> str | None:
     return text or None
 
 
+def keyword_query(prepared: KeywordQuery | str | None) -> KeywordQuery | None:
+    """What ``prepare_query`` returned, as a :class:`KeywordQuery` (a plain string is its text).
+
+    :param prepared: the backend's answer.
+    """
+    return KeywordQuery(prepared) if isinstance(prepared, str) else prepared
+
+
+#: Parameter names core binds next to a backend's SQL (tag filters add ``filter_*``).
+CORE_PARAMETERS = frozenset({"bank_id", "query_text", "query_terms", "min_score", "limit", "per_type"})
+
+
+def backend_parameters(backend: TextSearchBackend) -> dict[str, Any]:
+    """The backend's own bound parameters, checked to be named apart from core's.
+
+    :param backend: the selected text-search backend.
+    :raises ConfigError: for a name core binds itself, or one that is not an identifier.
+    """
+    params = dict(backend.parameters())
+    wrong = sorted(name for name in params
+                   if name in CORE_PARAMETERS or name.startswith("filter_") or not name.isidentifier())
+    if wrong:
+        raise ConfigError(
+            f"text-search backend {backend.name!r}: parameter {wrong[0]!r} collides with core's parameters "
+            f"({', '.join(sorted(CORE_PARAMETERS))}, filter_*) or is not an identifier; name it "
+            f"{backend.name}_<option>"
+        )
+    return params
+
+
 class ExtensionBackend:
     """Defaults for a backend whose index lives on base columns behind a dummy ``search_vector``.
 
@@ -111,6 +145,9 @@ class ExtensionBackend:
     def install_statements(self) -> Sequence[str]:
         return tuple(f"CREATE EXTENSION IF NOT EXISTS {ext}" for ext in self.extensions)
 
+    def parameters(self) -> dict[str, Any]:
+        return {}
+
     def session_statements(self) -> Sequence[str]:
         return ()
 
@@ -124,5 +161,6 @@ class ExtensionBackend:
     def write_expression(self, document_sql: str) -> str:
         return "NULL::text"
 
-    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> str | None:
-        return raw_query_text(query, tokens)
+    async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> KeywordQuery | None:
+        text = raw_query_text(query, tokens)
+        return None if text is None else KeywordQuery(text, tuple(query_terms(tokens, bigrams=False)))

@@ -31,8 +31,10 @@ DOCS = [f"the fox went to place number {i}" + " and further" * (i % 9) for i in 
 class Spy:
     """Wraps a model's ``predict`` to record batch sizes, threads and overlap."""
 
-    def __init__(self, model: Any, pause: float = 0.0) -> None:
-        self.predict, self.pause = model.predict, pause
+    def __init__(self, model: Any, pause: float = 0.0, gate: threading.Event | None = None) -> None:
+        self.predict, self.pause, self.gate = model.predict, pause, gate
+        #: per call: whether the event loop opened the gate while this call was waiting in it
+        self.opened: list[bool] = []
         self.sizes: list[int] = []
         self.threads: set[str] = set()
         self.lengths: list[list[int]] = []
@@ -49,10 +51,27 @@ class Spy:
             self.max_running = max(self.max_running, self.running)
         try:
             time.sleep(self.pause)  # stands in for a heavier model
+            if self.gate is not None:  # only a loop that keeps running while the model works opens it
+                self.opened.append(self.gate.wait(timeout=30))
             return self.predict(pairs, **kwargs)
         finally:
             with self._lock:
                 self.running -= 1
+
+
+def record_connections(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every address a socket of this process connects to from now on, in order."""
+    import socket
+
+    attempts: list[Any] = []
+    connect = socket.socket.connect
+
+    def recording(sock: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", recording)
+    return attempts
 
 
 def make(tiny_model: Path, settings: Settings | None = None, **config: Any) -> LocalReranker:
@@ -81,15 +100,16 @@ async def test_scores_are_raw_logits_in_input_order(reranker: LocalReranker, tin
 
 
 async def test_300_pairs_go_in_batches_of_32_without_blocking_the_loop(reranker: LocalReranker) -> None:
-    spy = Spy(reranker._model, pause=0.05)
-    ticks: list[float] = []
+    gate = threading.Event()
+    spy = Spy(reranker._model, pause=0.05, gate=gate)
 
-    async def ticker() -> None:
-        while True:
-            ticks.append(time.monotonic())
-            await asyncio.sleep(0.005)
+    async def open_gate() -> None:
+        # runs only if the loop is free while a batch is inside the model
+        while not spy.running:
+            await asyncio.sleep(0.001)
+        gate.set()
 
-    task = asyncio.create_task(ticker())
+    task = asyncio.create_task(open_gate())
     try:
         scores = await reranker.score(QUERY, DOCS)
     finally:
@@ -98,8 +118,7 @@ async def test_300_pairs_go_in_batches_of_32_without_blocking_the_loop(reranker:
     assert len(scores) == 300
     assert sorted(spy.sizes) == [12] + [32] * 9
     assert spy.max_running == 4 and all(t.startswith("hindsight-rerank-4") for t in spy.threads)
-    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
-    assert len(ticks) >= 10 and max(gaps) < 0.25
+    assert spy.opened == [True] * 10  # the loop ran while the model worked: no call blocked it
 
 
 async def test_batch_size_setting(tiny_model: Path) -> None:
@@ -232,16 +251,15 @@ def test_registers_a_reranker_class() -> None:
 async def test_a_hub_name_offline_fails_fast_with_one_line_that_says_the_fix(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    import time
 
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    attempts = record_connections(monkeypatch)
     reranker = LocalReranker(Settings(), LocalSettings(model="cross-encoder/not-cached-here"))
-    began = time.perf_counter()
     with pytest.raises(RerankerError) as err:
         await reranker.start()
-    assert time.perf_counter() - began < 3
+    assert attempts == []  # offline means no connection at all, so nothing to wait for
     message = str(err.value)
     assert "\n" not in message and "HF_HUB_OFFLINE" in message
     assert "HINDSIGHT_API_RERANKER_LOCAL_MODEL" in message and "HINDSIGHT_API_RERANKER_PROVIDER=rrf" in message
@@ -250,7 +268,6 @@ async def test_a_hub_name_offline_fails_fast_with_one_line_that_says_the_fix(
 
 async def test_a_hub_name_without_network_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
-    import time
 
     from huggingface_hub import constants
 
@@ -259,11 +276,12 @@ async def test_a_hub_name_without_network_fails_fast(monkeypatch: pytest.MonkeyP
         port = sock.getsockname()[1]
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    attempts = record_connections(monkeypatch)
     reranker = LocalReranker(Settings(), LocalSettings(model="cross-encoder/not-cached-here"))
-    began = time.perf_counter()
     with pytest.raises(RerankerError, match=rf"hub \(http://127.0.0.1:{port}\) cannot be reached: set "):
         await reranker.start()
-    assert time.perf_counter() - began < 3
+    # failing fast: one probe of the port, then no download attempts and no retries with back-off
+    assert attempts == [("127.0.0.1", port)]
 
 
 async def test_a_missing_model_directory_is_named(tmp_path: Path) -> None:
@@ -273,7 +291,7 @@ async def test_a_missing_model_directory_is_named(tmp_path: Path) -> None:
 
 
 def test_settings_given_in_code(tiny_model: Path) -> None:
-    reranker = LocalReranker(Settings(plugins={"local": {"model": str(tiny_model), "batch_size": 3}}))
+    reranker = LocalReranker(Settings(plugins={"reranker": {"local": {"model": str(tiny_model), "batch_size": 3}}}))
     assert (reranker.config.model, reranker.config.batch_size) == (str(tiny_model), 3)
     config = LocalSettings(model=str(tiny_model), fp16=True)
-    assert LocalReranker(Settings(plugins={"local": config})).config is config
+    assert LocalReranker(Settings(plugins={"reranker": {"local": config}})).config is config

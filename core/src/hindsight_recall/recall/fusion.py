@@ -23,23 +23,25 @@ STRATEGIES = {"semantic": "semantic", "bm25": "keyword", "keyword": "keyword", "
 
 
 def _parse_arm_values(
-    raw: str, variable: str, value: Callable[[str], T | None], expected: str
+    raw: str, variable: str, value: Callable[[str], T | None], expected: str, arms: Sequence[str] = ()
 ) -> dict[str, T]:
     """Parse ``arm[:value],…`` (case-insensitive); entries ``value`` rejects are logged and ignored.
 
     :param value: maps the text after ``:`` (empty when missing) to a value, or ``None`` if invalid.
+    :param arms: the registered arms' names, besides the built-in strategy names.
     """
+    names = {**STRATEGIES, **{arm.lower(): arm for arm in arms}}
     parsed: dict[str, T] = {}
     for entry in (e.strip().lower() for e in raw.split(",")):
         if not entry:
             continue
         strategy, _, text = (p.strip() for p in entry.partition(":"))
-        result = value(text) if strategy in STRATEGIES else None
+        result = value(text) if strategy in names else None
         if result is None:
-            log.warning("HINDSIGHT_API_%s: ignoring %r (arms: semantic, bm25, graph, temporal; %s)",
-                        variable, entry, expected)
+            log.warning("HINDSIGHT_API_%s: ignoring %r (arms: %s; %s)",
+                        variable, entry, ", ".join(dict.fromkeys(["bm25", *names])), expected)
             continue
-        parsed[STRATEGIES[strategy]] = result
+        parsed[names[strategy]] = result
     return parsed
 
 
@@ -57,30 +59,33 @@ def _weight(text: str) -> float | None:
 
 
 @functools.cache
-def parse_boosts(raw: str) -> dict[str, str]:
+def parse_boosts(raw: str, arms: tuple[str, ...] = ()) -> dict[str, str]:
     """Parse ``RECALL_STRATEGY_BOOSTS`` (``arm[:level],…``); bad entries are logged once and ignored.
 
     :param raw: e.g. ``"graph:high, bm25"`` (a missing level means ``medium``).
+    :param arms: the registered arms' names (third-party arms may be boosted too).
     """
-    return _parse_arm_values(raw, "RECALL_STRATEGY_BOOSTS", _level, "levels: low, medium, high")
+    return _parse_arm_values(raw, "RECALL_STRATEGY_BOOSTS", _level, "levels: low, medium, high", arms)
 
 
 @functools.cache
-def parse_weights(raw: str) -> dict[str, float]:
+def parse_weights(raw: str, arms: tuple[str, ...] = ()) -> dict[str, float]:
     """Parse ``RECALL_RRF_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
 
     :param raw: e.g. ``"bm25:1.5, temporal:0.5"``; arms not named weigh 1.
+    :param arms: the registered arms' names (third-party arms may be weighted too).
     """
-    return _parse_arm_values(raw, "RECALL_RRF_WEIGHTS", _weight, "write arm:weight with a weight >= 0")
+    return _parse_arm_values(raw, "RECALL_RRF_WEIGHTS", _weight, "write arm:weight with a weight >= 0", arms)
 
 
 @functools.cache
-def parse_score_weights(raw: str) -> dict[str, float]:
+def parse_score_weights(raw: str, arms: tuple[str, ...] = ()) -> dict[str, float]:
     """Parse ``RECALL_SCORE_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
 
     :param raw: e.g. ``"keyword:1, semantic:0.5"``; arms not named weigh 1.
+    :param arms: the registered arms' names (third-party arms may be weighted too).
     """
-    return _parse_arm_values(raw, "RECALL_SCORE_WEIGHTS", _weight, "write arm:weight with a weight >= 0")
+    return _parse_arm_values(raw, "RECALL_SCORE_WEIGHTS", _weight, "write arm:weight with a weight >= 0", arms)
 
 
 def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str, list[Hit]]:
@@ -96,16 +101,19 @@ def arm_lists(results: Sequence[ArmResult], per_source_cap: int = 0) -> dict[str
     return dict(sorted(((a, h) for a, h in lists.items() if h), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def fuse(lists: Mapping[str, Sequence[Hit]], config: Any) -> tuple[list[Candidate], dict[str, Any]]:
+def fuse(
+    lists: Mapping[str, Sequence[Hit]], config: Any, arms: tuple[str, ...] = ()
+) -> tuple[list[Candidate], dict[str, Any]]:
     """Fuse the arms' lists as ``RECALL_FUSION`` says; the candidates, best first, and trace details.
 
     :param lists: each arm's hits, best first (:func:`arm_lists`).
     :param config: the recall's settings (``recall_fusion``, its weights, ``recall_rrf_k``).
+    :param arms: the registered arms' names, which the weights may name.
     """
     if config.recall_fusion == "score":
-        weights = parse_score_weights(config.recall_score_weights)
+        weights = parse_score_weights(config.recall_score_weights, arms)
         return score_fuse(lists, weights), {"fusion": "score", "weights": weights or None}
-    weights = parse_weights(config.recall_rrf_weights)
+    weights = parse_weights(config.recall_rrf_weights, arms)
     return rrf_fuse(lists, config.recall_rrf_k, weights), {"fusion": "rrf", "k": config.recall_rrf_k,
                                                            "weights": weights or None}
 

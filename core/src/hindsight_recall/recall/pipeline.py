@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BankNotFound
-from ..protocols import RetrievalContext, Retriever
+from ..protocols import ArmStatement, RetrievalContext, Retriever
 from ..store import banks
 from ..time.window import resolve_window
 from ..types import ArmResult, Candidate, TimeWindow
@@ -91,7 +91,7 @@ async def _recall(
         indexed=indexed,
     )
     # arms that need neither the vector nor the window start now, while the query is embedded
-    tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not _needs_vector(arm) and arm.enabled(ctx)}
+    tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not arm.needs_embedding and arm.enabled(ctx)}
     try:
         with trace.phase("generate_query_embedding") as details:
             embedding = await embedding_task
@@ -103,11 +103,12 @@ async def _recall(
             )
             details["source"] = "request" if req.temporal_window else "query"
         ctx = replace(ctx, embedding=embedding, window=window)
-        late = [arm for arm in engine.retrievers if _needs_vector(arm) and arm.enabled(ctx)]
+        late = [arm for arm in engine.retrievers if arm.needs_embedding and arm.enabled(ctx)]
         # arms that can be written as one statement go together (recall/arms/_compose.py)
-        group = [arm for arm in late if hasattr(arm, "statement")] if len(late) > 1 else []
+        statements = {arm: st for arm in late if (st := arm.statement(ctx)) is not None} if len(late) > 1 else {}
+        group = list(statements)
         if len(group) > 1:
-            together = _start_composed(group, ctx)
+            together = _start_composed(group, list(statements.values()), ctx)
             tasks.update((arm.name, together) for arm in group)
         tasks.update((arm.name, _start(arm, ctx)) for arm in late if arm not in group)
         with trace.phase("parallel_retrieval") as details:
@@ -129,13 +130,14 @@ async def _recall(
 
     with trace.phase("rrf_merge") as details:
         lists = arm_lists(results, config.recall_max_candidates_per_source)
-        weights = parse_weights(config.recall_rrf_weights)
-        candidates, fused = fuse(lists, config)
+        arms = tuple(arm.name for arm in engine.retrievers)
+        weights = parse_weights(config.recall_rrf_weights, arms)
+        candidates, fused = fuse(lists, config, arms)
         details.update(candidates=len(candidates), **fused)
     with trace.phase("context") as details:
         candidates, found = await apply_context(ctx, candidates)
         details.update(found)
-    boosts = parse_boosts(config.recall_strategy_boosts)
+    boosts = parse_boosts(config.recall_strategy_boosts, arms)
     with trace.phase("rerank_prefilter") as details:
         cap = config.reranker_cap(req.budget.value)
         candidates, dropped = cap_candidates(candidates, cap, boosts, config.recall_rrf_k, weights)
@@ -236,11 +238,12 @@ async def _embed(engine: RecallServices, query: str) -> list[float]:
     return list((await engine.embedder.embed([query], mode="query"))[0])
 
 
-def _start_composed(arms: list[Any], ctx: RetrievalContext) -> asyncio.Task[list[ArmResult]]:
+def _start_composed(
+    arms: list[Retriever], statements: list[ArmStatement], ctx: RetrievalContext
+) -> asyncio.Task[list[ArmResult]]:
     """Run arms as one statement, within ``DB_COMMAND_TIMEOUT``; apart when they cannot be composed
     or the statement outlives an arm's own timeout (each arm's fallback then applies)."""
     async def run() -> list[ArmResult]:
-        statements = [arm.statement(ctx) for arm in arms]
         if composable(statements):
             try:
                 return await run_composed(ctx, statements, _COMPOSED_ANN)
@@ -254,11 +257,6 @@ def _start_composed(arms: list[Any], ctx: RetrievalContext) -> asyncio.Task[list
 
 #: hnsw.* settings the server rejected, for composed statements
 _COMPOSED_ANN = AnnSettings()
-
-
-def _needs_vector(arm: Retriever) -> bool:
-    """An arm declares ``needs_embedding = False`` to start before the query vector exists."""
-    return bool(getattr(arm, "needs_embedding", True))
 
 
 def _start(arm: Retriever, ctx: RetrievalContext) -> asyncio.Task[list[ArmResult]]:

@@ -29,6 +29,7 @@ from ..store import banks
 from ..store._bincopy import driver_connection
 from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
+from ..textsearch import backend_parameters
 from ..tokens import TokenCounter
 from ..types import Memory
 from ._embed import embed_passages
@@ -125,6 +126,7 @@ class Ingestor:
         self, db: Database, embedder: EmbeddingProvider, backend: TextSearchBackend, settings: Settings
     ) -> None:
         self.db, self.embedder, self.backend, self.settings = db, embedder, backend, settings
+        self._backend_params = backend_parameters(backend)  # checked once, bound in every write
         self._tokens: TokenCounter | None = None
 
     @property
@@ -324,7 +326,7 @@ class Ingestor:
             f"proof_count, source_memory_ids, text_signals, token_count, ann, position, "
             f"{self.backend.write_expression('document')} "
             f"FROM retain_stage{upsert}"
-        ))
+        ), self._backend_params)
         if not fresh:
             await conn.execute(text(
                 "DELETE FROM observation_sources WHERE observation_id IN (SELECT id FROM retain_stage)"

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Route
 
 from ..engine import Engine
 from ..settings import Settings, load_settings, redact
@@ -108,16 +108,18 @@ def create_app(settings: Settings | None = None) -> Any:
         Route("/version", version_info), Route("/v1/version", version_info), Route("/metrics", metrics),
         *memory_routes(),
     ]
-    mcp = _mcp_app(engine)
-    if mcp is not None:
-        routes.append(Mount("/mcp", app=mcp))
+    from .mcp import mcp_app
+
+    # the MCP tools over the same engine, streamable HTTP at exactly /mcp
+    mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes)
+    routes.append(Route("/mcp", mcp))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loading = asyncio.create_task(_load(engine, state))
-        async with contextlib.AsyncExitStack() as stack:
-            if mcp is not None and hasattr(mcp, "router"):  # its session manager runs with the service
-                await stack.enter_async_context(mcp.router.lifespan_context(mcp))
+        # Starlette runs no lifespan of a routed app: the MCP session manager runs in this one (the
+        # guard keeps /mcp answering 503 until the engine is open)
+        async with mcp.running():
             try:
                 yield
             finally:
@@ -130,7 +132,7 @@ def create_app(settings: Settings | None = None) -> Any:
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, state, service_metrics
-    app.state.mcp = mcp is not None
+    app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
     return Guard(app, settings, state, service_metrics)
 
@@ -151,11 +153,3 @@ async def _load(engine: Engine, state: ServiceState) -> None:
     state.ready = True
     log.info("ready")
 
-
-def _mcp_app(engine: Engine) -> Any:
-    """The MCP server's ASGI app, mounted at ``/mcp`` when its module is installed."""
-    try:
-        from .mcp import mcp_app  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    return mcp_app(engine)

@@ -288,9 +288,7 @@ async def _check_dimensions(conn: AsyncConnection, dimensions: int) -> None:
 
 async def _install_text_search(conn: AsyncConnection, backend: TextSearchBackend) -> None:
     current = await conn.scalar(text("SELECT value FROM hindsight_meta WHERE key = 'text_search_extension'"))
-    if current == backend.name:
-        return
-    if current is not None:
+    if current is not None and current != backend.name:
         populated = await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM memory_units)"))
         if populated:
             raise ConfigError(
@@ -300,8 +298,12 @@ async def _install_text_search(conn: AsyncConnection, backend: TextSearchBackend
             )
         await conn.execute(text("DROP INDEX IF EXISTS idx_memory_units_text_search"))
         await conn.execute(text("ALTER TABLE memory_units DROP COLUMN IF EXISTS search_vector"))
+    # at every start, not only on a switch: a backend's new version of a statement (a function,
+    # say) reaches databases it set up before
     for statement in backend.install_statements():
         await conn.execute(text(statement))
+    if current == backend.name:
+        return
     await conn.execute(text(
         f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {backend.column_type()}"
     ))

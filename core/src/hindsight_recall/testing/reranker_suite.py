@@ -11,10 +11,10 @@ Subclass it in ``tests/test_suite.py``, name the reranker and give its settings 
         @pytest.fixture(scope="class")
         @classmethod
         def hr_reranker_config(cls):
-            return {"url": "http://127.0.0.1:8080"}  # Settings(plugins={"myreranker": ...})
+            return {"url": "http://127.0.0.1:8080"}  # Settings(plugins={"reranker": {"myreranker": ...}})
 
 The reranker is built the way the engine builds it: ``cls(settings)`` from the registered class,
-with ``hr_reranker_config`` as ``settings.plugins[reranker_name]`` (a generator fixture can start a
+with ``hr_reranker_config`` as ``settings.plugins["reranker"][reranker_name]`` (a generator fixture can start a
 server first and stop it after the class). Every call runs on the class's own event loop
 (``hr_run``). The last test recalls through a real engine on a fresh embedded server with the
 ``native`` text-search backend, and skips when that backend is not installed.
@@ -86,7 +86,7 @@ class RerankerSuite:
         if not cls.reranker_name:
             raise pytest.UsageError(f"{cls.__name__}: set reranker_name = '<entry-point name>'")
         config = hr_reranker_config if isinstance(hr_reranker_config, BaseModel) else dict(hr_reranker_config)
-        return load_settings(reranker_provider=cls.reranker_name, plugins={cls.reranker_name: config})
+        return load_settings(reranker_provider=cls.reranker_name, plugins={"reranker": {cls.reranker_name: config}})
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -57,18 +57,6 @@ async def keyword_hits(engine: Any, bank_id: str, query: str, **options: Any) ->
     ]
 
 
-def capability(backend: Any, flag: str, default: bool) -> bool:
-    """A backend's capability flag, or ``default`` for an instance that was never registered.
-
-    Registered backends always have every flag: core sets the protocol's defaults on them.
-
-    :param backend: the backend instance (instance flags may depend on its settings).
-    :param flag: the attribute name, e.g. ``supports_cjk``.
-    :param default: the value assumed when the backend does not declare it.
-    """
-    return bool(getattr(backend, flag, default))
-
-
 def ids(hits: Sequence[KeywordHit]) -> list[str]:
     """The caller ids of keyword hits, in order.
 
@@ -145,7 +133,7 @@ class TextSearchBackendSuite:
 
     def test_ingestion_writes_the_search_column(self, hr_engine: Any, hr_run: Run, hr_bank: str) -> None:
         """Retaining fills ``search_vector`` on every row, for backends that index that column."""
-        if not capability(hr_engine.text_search, "writes_search_vector", True):
+        if not hr_engine.text_search.writes_search_vector:
             pytest.skip(f"{self.backend_name!r} indexes base columns; search_vector is a dummy "
                         "(writes_search_vector = False)")
 
@@ -264,7 +252,7 @@ class TextSearchBackendSuite:
         self, hr_engine: Any, hr_run: Run, hr_bank: str, language: str, document: str, query: str
     ) -> None:
         """A CJK query word finds the CJK memory that contains it without spaces around it."""
-        if not capability(hr_engine.text_search, "supports_cjk", False):
+        if not hr_engine.text_search.supports_cjk:
             pytest.skip(f"{self.backend_name!r} does not declare CJK support (supports_cjk = False)")
         memories = [{"id": lang, "text": doc} for lang, doc, _ in CJK]
         hr_run(hr_engine.retain(hr_bank, [*memories, {"id": "en", "text": "I like apples and towers."}]))

@@ -11,29 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
 
+from ...protocols import ArmStatement as ArmStatement  # re-exported: the arms import it from here
 from ...protocols import RetrievalContext
 from ...types import ArmResult, Hit
 from ._ann import AnnSettings
 from ._rows import row_from
-
-
-@dataclass(frozen=True)
-class ArmStatement:
-    """One arm's UNION ALL of per-fact-type sub-selects, ready to be composed with others."""
-
-    arm: str
-    subselects: Sequence[str]
-    params: Mapping[str, Any]
-    #: ``hnsw.*`` settings the statement needs (empty: none)
-    ann: Mapping[str, str] = field(default_factory=dict)
-    #: seconds the arm allows itself; past it the arms run apart (the arm's own fallback applies)
-    timeout: float | None = None
 
 
 def composable(statements: Sequence[ArmStatement]) -> bool:

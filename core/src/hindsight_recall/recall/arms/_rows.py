@@ -47,17 +47,12 @@ def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
 
 
 def where_for(ctx: RetrievalContext, fact_type: str) -> str:
-    """The bank, fact-type and filter predicate of one sub-select (fact types are validated enums).
-
-    A bank in the shared HNSW indexes adds ``ann``, the indexes' predicate, so the planner may use
-    them; a small bank's rows are in no vector index and are ranked exactly.
-    """
-    ann = " AND ann" if ctx.indexed else ""
-    return f"bank_id = :bank_id AND fact_type = '{fact_type}'{ann} AND {ctx.filter.sql}"
+    """The predicate of one sub-select (:meth:`RetrievalContext.where`, public for third-party arms)."""
+    return ctx.where(fact_type)
 
 
 def base_params(ctx: RetrievalContext) -> dict[str, Any]:
-    return {"bank_id": ctx.bank_id, **ctx.filter.params}
+    return ctx.params()
 
 
 async def run_union(

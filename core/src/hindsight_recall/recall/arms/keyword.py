@@ -7,6 +7,7 @@ from typing import Any
 from ...hookspecs import hookimpl
 from ...protocols import RetrievalContext
 from ...settings import Settings
+from ...textsearch import backend_parameters, keyword_query
 from ...types import ArmResult
 from ._rows import COLUMNS, base_params, run_union, where_for
 
@@ -28,11 +29,12 @@ class KeywordRetriever:
         backend = ctx.text_search
         floor = ctx.min_keyword if ctx.min_keyword is not None else ctx.settings.bm25_min_score
         async with ctx.db.connect() as conn:
-            query_text = await backend.prepare_query(ctx.query, ctx.tokens, conn)
-            if query_text is None:
+            query = keyword_query(await backend.prepare_query(ctx.query, ctx.tokens, conn))
+            if query is None:
                 return []
-            params = {**base_params(ctx), "query_text": query_text, "min_score": floor, "limit": ctx.limit}
-            if getattr(backend, "ranks_every_match", False) and len(ctx.fact_types) > 1:
+            params = {**base_params(ctx), **backend_parameters(backend), "query_text": query.text,
+                      "query_terms": list(query.terms), "min_score": floor, "limit": ctx.limit}
+            if backend.ranks_every_match and len(ctx.fact_types) > 1:
                 # every fact type in one pass: LIMIT NULL lets the backend's statement return all matches
                 return await run_union(conn, self.name, ctx, [_one_pass_sql(backend.arm_sql, ctx)],
                                        {**params, "limit": None, "per_type": ctx.limit}, "bm25_score")
