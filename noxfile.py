@@ -22,7 +22,8 @@ TORCH = "torch==2.13.0"
 CORE = ["-e", "core", "-e", "backends/native", "-e", "rerankers/local"]
 PLUGINS = [*(f"backends/{n}" for n in ("vchord", "pg_textsearch", "pgroonga", "pg_search")),
            *(f"rerankers/{n}" for n in ("tei", "cohere", "jina"))]
-TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6"]
+# hindsight-client: upstream's own client drives the HTTP service in tests/test_service*.py
+TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6", "hindsight-client==1.1.0"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -120,11 +121,22 @@ def tests(session: nox.Session, target: str) -> None:
     session.run("pytest", f"backends/{target}/tests", "-rs", *session.posargs, env=env)
 
 
-@nox.session(python="3.11", default=False)
-def bench_upstream(session: nox.Session) -> None:
-    """Side by side with upstream Hindsight 1.1.0 (installed from PyPI) on the LoCoMo dev banks."""
+def run_against_upstream(session: nox.Session, module: str) -> None:
+    """Run ``python -m <module>`` on the LoCoMo dev banks with upstream in its own venv beside this session's."""
     install(session)
     # upstream gets its own venv next to this session's, installed once and reused
     upstream = os.path.join(os.path.dirname(session.virtualenv.location), "upstream-hindsight")
-    session.run("python", "-m", "hindsight_recall.bench.upstream", "--upstream-venv", upstream,
-                "--data", "bench/locomo/dev", *session.posargs, env=OFFLINE)
+    session.run("python", "-m", module, "--upstream-venv", upstream, "--data", "bench/locomo/dev", *session.posargs,
+                env=OFFLINE)
+
+
+@nox.session(python="3.11", default=False)
+def bench_http(session: nox.Session) -> None:
+    """Recall over HTTP: our service beside an in-process engine, and upstream's server (installed from PyPI)."""
+    run_against_upstream(session, "hindsight_recall.bench.http")
+
+
+@nox.session(python="3.11", default=False)
+def bench_upstream(session: nox.Session) -> None:
+    """Side by side with upstream Hindsight 1.1.0 (installed from PyPI) on the LoCoMo dev banks."""
+    run_against_upstream(session, "hindsight_recall.bench.upstream")

@@ -65,6 +65,16 @@ DEFAULTS = {
     "embedded_data_dir": None,
     "embedded_server_settings": "",
     "reranker_timeout": 30,
+    "host": "127.0.0.1",
+    "port": 8888,
+    "service_api_key": None,
+    "service_max_body_bytes": 32 * 1024 * 1024,
+    "service_max_query_bytes": 8192,
+    "service_request_timeout": 300,
+    "service_max_recalls_in_flight": 64,
+    "service_retry_after": 1,
+    "service_shutdown_timeout": 30,
+    "service_access_log": "text",
     "plugins": {},
     "recall_budget_function": "fixed",
     "recall_budget_fixed_low": 100,
@@ -108,6 +118,8 @@ def test_every_field_has_a_tested_default() -> None:
         ("reranker_on_error", "raise", "raise"),
         ("reranker_timeout", "2.5", 2.5),
         ("plugins", '{"reranker": {"tei": {"url": "http://x"}}}', {"reranker": {"tei": {"url": "http://x"}}}),
+        ("service_max_body_bytes", "1024", 1024),
+        ("host", "0.0.0.0", "0.0.0.0"),
     ],
 )
 def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: object) -> None:
@@ -129,6 +141,9 @@ def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: s
         ({"db_pool_max_size": 0}, "HINDSIGHT_API_DB_POOL_MAX_SIZE"),
         ({"recall_budget_fixed_low": 0}, "HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW"),
         ({"reranker_timeout": 0}, "HINDSIGHT_API_RERANKER_TIMEOUT"),
+        ({"port": 70000}, "HINDSIGHT_API_PORT"),
+        ({"service_max_recalls_in_flight": 0}, "HINDSIGHT_API_SERVICE_MAX_RECALLS_IN_FLIGHT"),
+        ({"service_access_log": "loud"}, "HINDSIGHT_API_SERVICE_ACCESS_LOG"),
         ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
     ],
 )
@@ -251,3 +266,9 @@ def test_a_kind_section_must_map_names_to_settings(plugins: dict[str, Any]) -> N
 def test_plugin_settings_survive_bank_overrides() -> None:
     settings = Settings(plugins={"reranker": {"demo": {"url": "http://x"}}})
     assert settings.for_bank({"recall_rrf_k": 9}).plugins == {"reranker": {"demo": {"url": "http://x"}}}
+
+
+def test_service_api_key_never_shows() -> None:
+    settings = load_settings(service_api_key="k3y-value")
+    assert "k3y-value" not in repr(settings) and "k3y-value" not in str(settings.model_dump())
+    assert settings.service_api_key is not None and settings.service_api_key.get_secret_value() == "k3y-value"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .engine import Engine
 from .errors import (
     BackendNotFound,
     BankNotFound,
@@ -22,10 +22,27 @@ from .errors import (
     RetainError,
 )
 from .hookspecs import hookimpl
-from .plugins import get_plugin_manager
-from .retain.ingest import RetainStats
-from .settings import Settings, load_settings
 from .types import Budget, FactType, Memory, TagsMatch, TimeWindow
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .plugins import get_plugin_manager
+    from .retain.ingest import RetainStats
+    from .settings import Settings, load_settings
+
+#: Imported on first use, so that ``import hindsight_recall`` (and the command line's ``--url`` mode,
+#: a thin HTTP client) does not load the engine's database and model stack.
+_LAZY = {"Engine": ".engine", "RetainStats": ".retain.ingest", "Settings": ".settings",
+         "load_settings": ".settings", "get_plugin_manager": ".plugins"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BackendNotFound", "BankNotFound", "Budget", "ConfigError", "DatabaseError", "Engine", "FactType",
@@ -43,6 +60,9 @@ def retain(bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], **setti
     :param settings: setting overrides (field names of :class:`Settings`).
     """
 
+    from .engine import Engine
+    from .settings import load_settings
+
     async def run() -> RetainStats:
         async with Engine(load_settings(**settings)) as engine:
             return await engine.retain(bank_id, memories)
@@ -58,6 +78,9 @@ def recall(bank_id: str, query: str, *, settings: Mapping[str, Any] | None = Non
     :param settings: setting overrides (field names of :class:`Settings`).
     :param options: recall options such as ``budget``, ``max_tokens``, ``tags``, ``trace``.
     """
+
+    from .engine import Engine
+    from .settings import load_settings
 
     async def run() -> dict[str, Any]:
         async with Engine(load_settings(**(settings or {}))) as engine:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from . import cli_banks
+from . import cli_banks, cli_remote
 from .errors import RecallError
 from .types import FACT_TYPES, Budget, TagsMatch
 
@@ -104,9 +104,15 @@ def demo(bank: str, replace: bool) -> None:
 @main.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--bank", help="Bank for lines without a 'bank' field.")
-def retain(file: Path, bank: str | None) -> None:
+@cli_remote.URL
+@cli_remote.API_KEY
+def retain(file: Path, bank: str | None, url: str | None, api_key: str | None) -> None:
     """Store the memories of a JSONL FILE, one memory per line."""
     from .retain.memories import read_jsonl
+
+    if url:
+        click.echo(run(lambda: _sync(cli_remote.retain, url, api_key, file, bank)))
+        return
 
     async def go() -> None:
         batches: dict[str, list[Any]] = {}
@@ -140,18 +146,21 @@ def retain(file: Path, bank: str | None) -> None:
 @click.option("--trace", is_flag=True, help="Include the trace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the response body as JSON.")
 @click.option("--limit", type=click.IntRange(min=1), help="Keep at most this many results (after --max-tokens).")
+@cli_remote.URL
+@cli_remote.API_KEY
 def recall(query: str, bank: str, budget: str, max_tokens: int, query_timestamp: str | None, types: str | None,
            tags: str | None, tags_match: str, chunk_tokens: int | None, trace: bool, as_json: bool,
-           limit: int | None) -> None:
+           limit: int | None, url: str | None, api_key: str | None) -> None:
     """Find the memories of BANK most relevant to QUERY."""
+    options: dict[str, Any] = dict(budget=budget, max_tokens=max_tokens, query_timestamp=query_timestamp,
+                                   types=_split(types), tags=_split(tags), tags_match=tags_match,
+                                   include_chunks=chunk_tokens, trace=trace, limit=limit)
 
     async def go() -> dict[str, Any]:
+        if url:
+            return await _sync(cli_remote.recall, url, api_key, bank, query, options)
         async with open_engine() as engine:
-            result: dict[str, Any] = await engine.recall(
-                bank, query, budget=budget, max_tokens=max_tokens, query_timestamp=query_timestamp,
-                types=_split(types), tags=_split(tags), tags_match=tags_match, include_chunks=chunk_tokens,
-                trace=trace, limit=limit,
-            )
+            result: dict[str, Any] = await engine.recall(bank, query, **options)
             return result
 
     body = run(go)
@@ -196,7 +205,9 @@ def bank() -> None:
 @bank.command("config")
 @click.argument("bank_id")
 @click.argument("assignments", nargs=-1)
-def bank_config(bank_id: str, assignments: tuple[str, ...]) -> None:
+@cli_remote.URL
+@cli_remote.API_KEY
+def bank_config(bank_id: str, assignments: tuple[str, ...], url: str | None, api_key: str | None) -> None:
     """Show or set BANK_ID's setting overrides: NAME=VALUE (NAME= removes one)."""
     from .store import banks
 
@@ -208,6 +219,8 @@ def bank_config(bank_id: str, assignments: tuple[str, ...]) -> None:
         values[name.strip().lower().removeprefix("hindsight_api_")] = value or None
 
     async def go() -> dict[str, Any]:
+        if url:
+            return await _sync(cli_remote.bank_config, url, api_key, bank_id, values)
         async with open_engine() as engine, engine.db.connect() as conn:
             if values:
                 return await banks.set_bank_config(conn, bank_id, values)
@@ -320,6 +333,27 @@ def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, que
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     run(lambda: run_scale(options, echo=click.echo))
+
+
+@main.command()
+@click.option("--host", help="Address to bind (default HINDSIGHT_API_HOST, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port (default HINDSIGHT_API_PORT, 8888).")
+def serve(host: str | None, port: int | None) -> None:
+    """Serve upstream Hindsight's HTTP API (recall, retain, banks) with one warm engine."""
+    from .service.run import configure_logging
+    from .service.run import serve as run_service
+    from .settings import load_settings
+
+    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    settings = load_settings(**overrides)
+    configure_logging("info")
+    click.echo(f"hindsight-recall serving on http://{settings.host}:{settings.port}", err=True)
+    run_service(settings)
+
+
+async def _sync(function: Callable[..., T], *args: Any) -> T:
+    """Run a blocking client call (the ``--url`` mode) where a coroutine is expected."""
+    return function(*args)
 
 
 def _split(value: str | None) -> list[str] | None:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
+
+from . import cli_remote
+
+T = TypeVar("T")
 
 
 def _interactive() -> bool:
@@ -20,11 +25,15 @@ def _missing(bank_id: str) -> click.ClickException:
 
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the banks as JSON.")
-def bank_list(as_json: bool) -> None:
+@cli_remote.URL
+@cli_remote.API_KEY
+def bank_list(as_json: bool, url: str | None, api_key: str | None) -> None:
     """List the banks with their memory counts."""
     from .cli import open_engine, run
 
     async def go() -> list[dict[str, Any]]:
+        if url:
+            return cli_remote.bank_list(url, api_key)
         async with open_engine() as engine:
             return await engine.list_banks()  # type: ignore[no-any-return]
 
@@ -40,11 +49,15 @@ def bank_list(as_json: bool) -> None:
 
 @click.command("stats")
 @click.argument("bank_id")
-def bank_stats(bank_id: str) -> None:
+@cli_remote.URL
+@cli_remote.API_KEY
+def bank_stats(bank_id: str, url: str | None, api_key: str | None) -> None:
     """Show what BANK_ID holds, as JSON."""
     from .cli import open_engine, run
 
     async def go() -> dict[str, Any] | None:
+        if url:
+            return _remote(lambda: cli_remote.bank_stats(url, api_key, bank_id))
         async with open_engine() as engine:
             return await engine.bank_stats(bank_id)  # type: ignore[no-any-return]
 
@@ -57,7 +70,9 @@ def bank_stats(bank_id: str) -> None:
 @click.command("delete")
 @click.argument("bank_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def bank_delete(bank_id: str, yes: bool) -> None:
+@cli_remote.URL
+@cli_remote.API_KEY
+def bank_delete(bank_id: str, yes: bool, url: str | None, api_key: str | None) -> None:
     """Delete BANK_ID and everything in it."""
     from .cli import open_engine, run
 
@@ -67,6 +82,8 @@ def bank_delete(bank_id: str, yes: bool) -> None:
         click.confirm(f"Delete bank {bank_id!r} and all its memories?", abort=True)
 
     async def go() -> bool:
+        if url:
+            return bool(_remote(lambda: cli_remote.bank_delete(url, api_key, bank_id)))
         async with open_engine() as engine:
             return await engine.delete_bank(bank_id)  # type: ignore[no-any-return]
 
@@ -78,11 +95,15 @@ def bank_delete(bank_id: str, yes: bool) -> None:
 @click.command("forget")
 @click.argument("bank_id")
 @click.argument("ids", nargs=-1, required=True)
-def bank_forget(bank_id: str, ids: tuple[str, ...]) -> None:
+@cli_remote.URL
+@cli_remote.API_KEY
+def bank_forget(bank_id: str, ids: tuple[str, ...], url: str | None, api_key: str | None) -> None:
     """Remove the memories IDS from BANK_ID, with their links and unused chunks."""
     from .cli import open_engine, run
 
     async def go() -> int | None:
+        if url:
+            return _remote(lambda: cli_remote.bank_forget(url, api_key, bank_id, ids))
         async with open_engine() as engine:
             if await engine.bank_stats(bank_id) is None:
                 return None
@@ -92,6 +113,18 @@ def bank_forget(bank_id: str, ids: tuple[str, ...]) -> None:
     if removed is None:
         raise _missing(bank_id)
     click.echo(f"forgot {removed} of {len(set(ids))} memories in bank {bank_id!r}")
+
+
+def _remote(call: Callable[[], T]) -> T | None:
+    """A ``--url`` call; ``None`` when the service says the bank does not exist (as the local path does)."""
+    from .service.client import ServiceCallError
+
+    try:
+        return call()
+    except ServiceCallError as exc:
+        if exc.code == "bank_not_found":
+            return None
+        raise
 
 
 def register(group: click.Group) -> None:

@@ -21,7 +21,7 @@ from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
-from .store import banks, token_counts
+from .store import banks, listing, token_counts
 from .store.db import Database, database_error, database_errors, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -220,6 +220,39 @@ class Engine:
         with database_errors("delete_bank"):
             async with self.db.connect() as conn:
                 return await banks.delete_bank(conn, bank_id)
+
+    async def create_bank(self, bank_id: str) -> bool:
+        """Create an empty bank; False if it already existed.
+
+        :param bank_id: the bank.
+        """
+        bank_id = banks.validate_bank_id(bank_id)
+        with database_errors('create_bank'):
+            async with self.db.connect() as conn:
+                return (await banks.ensure_bank(conn, bank_id))[1]
+
+    async def get_memory(self, bank_id: str, memory_id: str) -> dict[str, Any] | None:
+        """One memory by its id, with its entities and sources; ``None`` if the bank has no such memory.
+
+        :param bank_id: the bank.
+        :param memory_id: the caller's id of the memory.
+        """
+        bank_id = banks.validate_bank_id(bank_id)
+        with database_errors('get_memory'):
+            async with self.db.connect() as conn:
+                return await listing.get_memory(conn, bank_id, memory_id)
+
+    async def list_memories(self, bank_id: str, **filters: Any) -> tuple[list[dict[str, Any]], int]:
+        """A page of a bank's memories, newest mention first, and the number matching in all.
+
+        :param bank_id: the bank.
+        :param filters: ``fact_type``, ``search`` (a substring of text or context), ``document_id``,
+            ``limit``, ``offset`` (see :func:`~hindsight_recall.store.listing.list_memories`).
+        """
+        bank_id = banks.validate_bank_id(bank_id)
+        with database_errors('list_memories'):
+            async with self.db.connect() as conn:
+                return await listing.list_memories(conn, bank_id, **filters)
 
     async def forget(self, bank_id: str, ids: Iterable[str]) -> int:
         """Remove memories by their ids with their links, entity pairs and unused chunks; return the count.

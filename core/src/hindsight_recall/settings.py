@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
@@ -144,6 +144,22 @@ class Settings(BaseSettings, BankSettings):
     #: Seconds one reranker call may take before the recall falls back (or fails, with ``raise``).
     reranker_timeout: float = Field(30, gt=0)
     model_init_timeout: float = Field(300, gt=0)
+
+    # The HTTP service (`hindsight-recall serve`); HOST and PORT are upstream Hindsight's names
+    host: str = "127.0.0.1"
+    port: int = Field(8888, ge=0, le=65535)
+    #: a bearer token every request but the health probes must carry; unset, no authentication
+    service_api_key: SecretStr | None = None
+    service_max_body_bytes: int = Field(32 * 1024 * 1024, ge=1)
+    service_max_query_bytes: int = Field(8 * 1024, ge=1)
+    #: seconds one request may take before it is answered 504 (0 = no limit)
+    service_request_timeout: float = Field(300, ge=0)
+    #: recalls admitted at once (running or waiting for RECALL_MAX_CONCURRENT); more get 503
+    service_max_recalls_in_flight: int = Field(64, ge=1)
+    service_retry_after: int = Field(1, ge=0)
+    #: seconds in-flight requests may take to finish after SIGTERM
+    service_shutdown_timeout: float = Field(30, ge=0)
+    service_access_log: Literal["text", "json", "off"] = "text"
 
     # Plugins
     #: Plugin kind -> plugin name -> that plugin's own settings given in code (a mapping of field

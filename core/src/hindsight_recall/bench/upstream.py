@@ -362,12 +362,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.scorer is None:
         args.scorer = args.data.parent / "score_recall.py"
-    for name in ("memories.jsonl", "queries.jsonl"):
-        if not (args.data / name).exists():
-            print(f"{args.data / name} is missing: pass --data with a LoCoMo split folder", file=sys.stderr)
-            return 2
+    if not split_exists(args.data):
+        return 2
     asyncio.run(run(args))
     return 0
+
+
+def split_exists(data: Path) -> bool:
+    """Whether ``data`` holds a split's two files; if not, say which one is missing."""
+    for name in ("memories.jsonl", "queries.jsonl"):
+        if not (data / name).exists():
+            print(f"{data / name} is missing: pass --data with a LoCoMo split folder", file=sys.stderr)
+            return False
+    return True
 
 
 if __name__ == "__main__":  # pragma: no cover

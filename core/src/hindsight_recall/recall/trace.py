@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 #: Phases that overlap others; they are reported but not part of the additive total.
 DIAGNOSTIC_PREFIXES = ("retrieval_", "semaphore_wait", "connection_wait")
+
+#: A caller that wants every recall's phases without asking for the trace (the HTTP service's
+#: metrics) sets this; it receives the phase list when the trace stops.
+phase_sink: ContextVar[Callable[[list[dict[str, Any]]], None] | None] = ContextVar("phase_sink", default=None)
 
 
 class Trace:
@@ -35,6 +40,9 @@ class Trace:
     def finish(self) -> None:
         """Stop the clock: what follows (assembling JSON) is not part of the measured recall."""
         self.finished = time.perf_counter()
+        sink = phase_sink.get()
+        if sink is not None:
+            sink(self.phases)
 
     def summary(self, results_returned: int) -> dict[str, Any]:
         end = self.finished or time.perf_counter()

@@ -1,0 +1,233 @@
+"""Recall over HTTP: ``hindsight-recall serve`` (and upstream Hindsight 1.1.0's server, if asked) called
+by the same client, beside an in-process recall on the same database.
+
+``python -m hindsight_recall.bench.http --data bench/locomo/dev [--upstream-venv PATH]``:
+
+1. starts ``hindsight-recall serve`` as its own process (embedded PostgreSQL in a work folder), and
+   upstream's server when ``--upstream-venv`` is given (installed there when absent, as
+   ``bench.upstream`` does);
+2. retains the split into each over HTTP (ours through ``/v1/default/memories/import``, upstream
+   through its retain route), and opens an in-process engine on our service's database;
+3. times every question on every system one at a time, a block at a time, the order of the systems
+   flipping per block; then the throughput of each HTTP system at each ``--concurrency``, counting
+   errors;
+4. prints the table and writes ``http.json``: latency percentiles, the HTTP layer's cost (our HTTP
+   p50 minus our in-process p50), throughput and errors per concurrency.
+
+Run it on an otherwise idle machine: under load the numbers say nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from .upstream import (
+    alternate,
+    ensure_upstream,
+    free_port,
+    load_split,
+    percentiles,
+    recall_ours,
+    recall_upstream,
+    retain_upstream,
+    split_exists,
+    tcp_postgres,
+    upstream_env,
+)
+
+Recaller = Callable[[dict[str, Any]], Awaitable[list[str]]]
+#: our request body for the benchmark's recall: the in-process options of ``recall_ours``
+OUR_BODY = {"budget": "mid", "max_tokens": 4096, "include": {"entities": None}}
+
+
+async def recall_http(client: Any, q: dict[str, Any]) -> list[str]:
+    """One recall through our service; the memory ids in rank order."""
+    response = await client.post(f"/v1/default/banks/{q['bank']}/memories/recall",
+                                 json={"query": q["question"], **OUR_BODY})
+    response.raise_for_status()
+    return [r["id"] for r in response.json()["results"]]
+
+
+async def throughput(recaller: Recaller, questions: list[dict[str, Any]], clients: int,
+                     seconds: float) -> dict[str, Any]:
+    """``clients`` callers looping over the questions for ``seconds``; recalls per second and errors."""
+    done, errors = 0, 0
+    deadline = time.perf_counter() + seconds
+
+    async def caller(offset: int) -> None:
+        nonlocal done, errors
+        i = offset
+        while time.perf_counter() < deadline:
+            try:
+                await recaller(questions[i % len(questions)])
+                done += 1
+            except Exception:  # counted, not fatal: the point is how many fail
+                errors += 1
+            i += clients
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(k) for k in range(clients)))
+    elapsed = time.perf_counter() - started
+    return {"clients": clients, "recalls": done, "errors": errors, "per_second": round(done / elapsed, 1)}
+
+
+def start_ours(work: Path, port: int, log: Any) -> subprocess.Popen[bytes]:
+    """``hindsight-recall serve`` on 127.0.0.1:``port`` with its embedded server in ``work``."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HINDSIGHT_API_PORT": str(port),
+           "HINDSIGHT_API_HOST": "127.0.0.1", "HINDSIGHT_API_SERVICE_ACCESS_LOG": "off"}
+    env.setdefault("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(work / "ours-pg"))
+    env.setdefault("HINDSIGHT_API_RERANKER_PROVIDER", "rrf")
+    return subprocess.Popen([sys.executable, "-m", "hindsight_recall.cli", "serve"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+async def wait_ready(client: Any, server: subprocess.Popen[bytes], path: str, timeout: float = 900) -> float:
+    """Seconds until ``path`` answers 200; an error if the server exits first."""
+    import httpx
+
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        if server.poll() is not None:
+            raise RuntimeError(f"a server exited with {server.returncode} before it was ready; see its log")
+        try:
+            if (await client.get(path)).status_code == 200:
+                return round(time.perf_counter() - started, 1)
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"a server was not ready after {timeout:.0f} s")
+
+
+async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Start the servers, load the split, time every system, print the table and write ``http.json``."""
+    import httpx
+
+    from ..engine import Engine
+    from ..settings import load_settings
+
+    banks, questions = load_split(args.data)
+    if args.limit:
+        questions = questions[:args.limit]
+    work = Path(tempfile.mkdtemp(prefix="hindsight-bench-http-"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    servers: list[subprocess.Popen[bytes]] = []
+    report: dict[str, Any] = {"questions": len(questions), "memories": sum(map(len, banks.values())),
+                              "concurrency": args.concurrency, "systems": {}}
+    port = free_port()
+    servers.append(start_ours(work, port, (args.out / "ours-server.log").open("w")))
+    limits = httpx.Limits(max_connections=max(args.concurrency) + 4)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300, limits=limits) as ours:
+            report["systems"]["ours-http"] = {"ready_seconds": await wait_ready(ours, servers[0], "/health/ready")}
+            objects = [{**o, "bank": bank} for bank, objs in banks.items() for o in objs]
+            (await ours.post("/v1/default/memories/import", json={"memories": objects})).raise_for_status()
+            settings = load_settings(embedded_data_dir=work / "ours-pg", reranker_provider="rrf")
+            async with Engine(settings) as engine:
+                recallers: dict[str, Recaller] = {
+                    "ours-http": lambda q: recall_http(ours, q),
+                    "ours-inprocess": lambda q: recall_ours(engine, q),
+                }
+                if args.upstream_venv:
+                    await _with_upstream(args, work, servers, questions, banks, recallers, report, echo)
+                else:
+                    await _measure(args, questions, recallers, report, echo)
+    finally:
+        for server in servers:
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    (args.out / "http.json").write_text(json.dumps(report, indent=2))
+    echo(table(report))
+    echo(f"wrote {args.out / 'http.json'}")
+    return report
+
+
+async def _with_upstream(args: argparse.Namespace, work: Path, servers: list[subprocess.Popen[bytes]],
+                         questions: list[dict[str, Any]], banks: dict[str, list[dict[str, Any]]],
+                         recallers: dict[str, Recaller], report: dict[str, Any],
+                         echo: Callable[[str], None]) -> None:
+    """Add upstream's server (on its own PostgreSQL) to the recallers, then measure everything."""
+    import httpx
+
+    script = ensure_upstream(args.upstream_venv.resolve(), echo)
+    port = free_port()
+    with tcp_postgres(work / "upstream-pg", free_port()) as url:
+        log = (args.out / "upstream-server.log").open("w")
+        servers.append(subprocess.Popen([str(script)], env=upstream_env(script, url, port), stdout=log,
+                                        stderr=subprocess.STDOUT))
+        limits = httpx.Limits(max_connections=max(args.concurrency) + 4)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300, limits=limits) as theirs:
+            report["systems"]["upstream-http"] = {"ready_seconds": await wait_ready(theirs, servers[-1], "/health")}
+            await retain_upstream(theirs, banks)
+            recallers["upstream-http"] = lambda q: recall_upstream(theirs, q)
+            await _measure(args, questions, recallers, report, echo)
+
+
+async def _measure(args: argparse.Namespace, questions: list[dict[str, Any]], recallers: dict[str, Recaller],
+                   report: dict[str, Any], echo: Callable[[str], None]) -> None:
+    latencies, _ = await alternate(recallers, questions, args.rounds, args.block, echo)
+    for name, values in latencies.items():
+        entry = report["systems"].setdefault(name, {})
+        entry["latency_ms"] = {k: round(v * 1000, 2) if k != "n" else v for k, v in percentiles(values).items()}
+    report["http_overhead_ms_p50"] = round(report["systems"]["ours-http"]["latency_ms"]["p50"]
+                                           - report["systems"]["ours-inprocess"]["latency_ms"]["p50"], 2)
+    for clients in args.concurrency:
+        for name, recaller in recallers.items():
+            if name.endswith("-http"):
+                got = await throughput(recaller, questions, clients, args.seconds)
+                report["systems"][name].setdefault("throughput", []).append(got)
+                echo(f"{name} at {clients} clients: {got['per_second']} recalls/s, {got['errors']} errors")
+
+
+def table(report: dict[str, Any]) -> str:
+    """The systems side by side as a markdown table."""
+    rows = ["| system | p50 ms | p95 ms | " + " | ".join(f"recalls/s at {c}" for c in report["concurrency"]) + " |",
+            "|---|---:|---:|" + "---:|" * len(report["concurrency"])]
+    for name, entry in report["systems"].items():
+        rates = {t["clients"]: f"{t['per_second']} ({t['errors']} err)" for t in entry.get("throughput", [])}
+        rows.append(f"| {name} | {entry['latency_ms']['p50']} | {entry['latency_ms']['p95']} | "
+                    + " | ".join(rates.get(c, "-") for c in report["concurrency"]) + " |")
+    rows.append(f"\nHTTP layer (ours, p50 over HTTP minus in-process): {report['http_overhead_ms_p50']} ms")
+    return "\n".join(rows)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    p = argparse.ArgumentParser(prog="python -m hindsight_recall.bench.http", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, default=Path("bench/locomo/dev"),
+                   help="folder with memories.jsonl and queries.jsonl")
+    p.add_argument("--upstream-venv", type=Path, default=None,
+                   help="also run upstream Hindsight 1.1.0 from this venv (installed there when absent)")
+    p.add_argument("--rounds", type=int, default=2, help="passes over the questions per system")
+    p.add_argument("--block", type=int, default=50, help="questions per block before switching systems")
+    p.add_argument("--limit", type=int, default=0, help="only the first N questions (0: all)")
+    p.add_argument("--concurrency", type=lambda v: [int(x) for x in v.split(",") if x.strip()], default=[8, 32],
+                   help="comma list of concurrent clients for the throughput runs")
+    p.add_argument("--seconds", type=float, default=20, help="length of each throughput run")
+    p.add_argument("--out", type=Path, default=Path("bench-http"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m hindsight_recall.bench.http``."""
+    args = parser().parse_args(argv)
+    if not split_exists(args.data):
+        return 2
+    asyncio.run(run(args))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

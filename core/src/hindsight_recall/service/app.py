@@ -1,0 +1,155 @@
+"""The ASGI application of ``hindsight-recall serve``: one engine, loaded once, behind :class:`~.ops.Guard`.
+
+The server listens at once: ``/health/live`` answers while the engine loads in the background, and
+``/health/ready`` (and every memory route) only once the embedding model is loaded and the pool warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..engine import Engine
+from ..settings import Settings, load_settings, redact
+from .errors import error_response
+from .metrics import ServiceMetrics
+from .ops import Guard, ServiceState
+from .routes import memory_routes
+
+log = logging.getLogger("hindsight_recall.service")
+
+#: the upstream API version whose subset is served
+UPSTREAM_API_VERSION = "1.1.0"
+
+
+def _version() -> str:
+    try:
+        return version("hindsight-recall")
+    except PackageNotFoundError:  # pragma: no cover - a source checkout without metadata
+        return "0"
+
+
+async def health(request: Request) -> Response:
+    state: ServiceState = request.app.state.service
+    if state.ready:
+        return JSONResponse({"status": "healthy", "database": "connected"})
+    return JSONResponse({"status": "unhealthy", "reason": state.failure or "starting"}, status_code=503,
+                        headers={"Retry-After": "2"})
+
+
+async def live(request: Request) -> Response:
+    return JSONResponse({"status": "alive"})
+
+
+async def version_info(request: Request) -> Response:
+    return JSONResponse({
+        "api_version": UPSTREAM_API_VERSION,
+        "features": {"observations": False, "mcp": request.app.state.mcp, "worker": False, "bank_config_api": True,
+                     "bank_llm_health": False, "file_upload_api": False, "document_export_api": False,
+                     "document_import_api": False, "audit_log": False, "llm_trace": False,
+                     "store_document_text": True},
+        # ours
+        "server": "hindsight-recall", "server_version": _version(),
+    })
+
+
+async def metrics(request: Request) -> Response:
+    body = await asyncio.to_thread(request.app.state.metrics.render)
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    message = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail)
+    return error_response(status, code, message)
+
+
+async def warm(engine: Engine) -> None:
+    """Load the model, fill the pool to its minimum, and run one recall through the code paths."""
+    from ..errors import RecallError
+
+    await engine.embedder.embed(["warm up"], mode="query")
+    hold = contextlib.AsyncExitStack()
+    async with hold:  # opening min-size connections at once leaves them in the pool
+        for _ in range(max(engine.settings.db_pool_min_size, 1)):
+            await hold.enter_async_context(engine.db.connect())
+    found = await engine.list_banks()
+    if found:
+        try:
+            await engine.recall(found[0]["bank_id"], "warm up", budget="low", include_entities=None)
+        except RecallError as exc:
+            log.info("warm-up recall skipped: %s", exc)
+
+
+def create_app(settings: Settings | None = None) -> Any:
+    """The service as an ASGI application.
+
+    :param settings: core settings (default: read from ``HINDSIGHT_API_*``).
+    """
+    settings = settings or load_settings()
+    engine = Engine(settings)
+    state = ServiceState()
+    service_metrics = ServiceMetrics()
+    service_metrics.watch_pool(engine)
+    routes: list[Any] = [
+        Route("/health", health), Route("/health/ready", health), Route("/health/live", live),
+        Route("/version", version_info), Route("/v1/version", version_info), Route("/metrics", metrics),
+        *memory_routes(),
+    ]
+    from .mcp import mcp_app
+
+    # the MCP tools over the same engine, streamable HTTP at exactly /mcp
+    mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes)
+    routes.append(Route("/mcp", mcp))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loading = asyncio.create_task(_load(engine, state))
+        # Starlette runs no lifespan of a routed app: the MCP session manager runs in this one (the
+        # guard keeps /mcp answering 503 until the engine is open)
+        async with mcp.running():
+            try:
+                yield
+            finally:
+                state.ready = False
+                if not loading.done():
+                    loading.cancel()
+                with contextlib.suppress(BaseException):
+                    await loading
+                await engine.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    app.state.engine, app.state.service, app.state.metrics = engine, state, service_metrics
+    app.state.mcp = True
+    state.routes = [r for r in app.routes if isinstance(r, Route)]
+    return Guard(app, settings, state, service_metrics)
+
+
+async def _load(engine: Engine, state: ServiceState) -> None:
+    """Open and warm the engine; on failure the reason is kept for ``/health`` and the server stops."""
+    from ..cli import describe_error
+
+    try:
+        await engine.open()
+        await warm(engine)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        state.failure = redact(describe_error(exc) or f"{type(exc).__name__}: {exc}")
+        log.error("the service could not start: %s", state.failure)
+        return
+    state.ready = True
+    log.info("ready")
+

@@ -1,0 +1,96 @@
+"""Every error the service answers is JSON with a stable ``code`` and a ``message``; never a traceback.
+
+The body is ``{"code": ..., "message": ..., "detail": ...}``: ``detail`` repeats the message under the
+key upstream Hindsight's (FastAPI) errors use, so clients written for upstream show it too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.responses import JSONResponse
+
+from ..errors import (
+    BankNotFound,
+    DatabaseError,
+    InvalidRequest,
+    QueryTooLong,
+    RecallError,
+    RecallTimeout,
+    RetainError,
+)
+from ..settings import redact
+
+log = logging.getLogger("hindsight_recall.service")
+
+#: SQLSTATEs that mean "another request got there first": a unique key, a serialization failure, a deadlock.
+CONFLICT_SQLSTATES = frozenset({"23505", "40001", "40P01"})
+
+
+class ServiceError(Exception):
+    """An error the service answers as it is: an HTTP status, a stable code and a message."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The JSON error body every failure gets."""
+    message = redact(message)
+    return JSONResponse({"code": code, "message": message, "detail": message}, status_code=status, headers=headers)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line per invalid field of a request body: ``items.0.content: Field required``."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def classify(exc: BaseException) -> ServiceError:
+    """Map an exception raised while serving to its status, code and message."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, ValidationError):
+        return ServiceError(422, "invalid_request", validation_message(exc))
+    if isinstance(exc, BankNotFound):
+        return ServiceError(404, "bank_not_found", str(exc))
+    if isinstance(exc, QueryTooLong):
+        return ServiceError(400, "query_too_long", str(exc))
+    if isinstance(exc, InvalidRequest):
+        return ServiceError(exc.status, "invalid_request" if exc.status == 422 else "bad_request", str(exc))
+    if isinstance(exc, RetainError):
+        return ServiceError(422, "invalid_memory", str(exc))
+    if isinstance(exc, RecallTimeout | TimeoutError):
+        return ServiceError(504, "timeout", str(exc) or "the request timed out")
+    if isinstance(exc, DatabaseError):
+        return ServiceError(503, "database_unavailable", str(exc), {"Retry-After": "5"})
+    if isinstance(exc, RecallError):
+        return ServiceError(500, "internal_error", str(exc))
+    state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
+    if state in CONFLICT_SQLSTATES:
+        return ServiceError(409, "conflict", "a concurrent request changed the same rows; retry the request")
+    if state is not None and state.startswith("08"):
+        return ServiceError(503, "database_unavailable", "the database connection was lost; retry the request",
+                            {"Retry-After": "5"})
+    return ServiceError(500, "internal_error", "internal error; the server log has the details")
+
+
+def respond_to(exc: BaseException, request_id: str = "") -> JSONResponse:
+    """The response for ``exc``; unexpected errors are logged with their traceback (server side only)."""
+    error = classify(exc)
+    if error.status >= 500 and error.code == "internal_error":
+        log.error("request %s failed: %s", request_id, redact(f"{type(exc).__name__}: {exc}"),
+                  exc_info=(type(exc), exc, exc.__traceback__))
+    return error_response(error.status, error.code, error.message, error.headers)
+
+
+def as_text(value: Any) -> str:
+    """A short printable form of a bad value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,113 @@
+"""Upstream retain items as memories, stored verbatim: one item is one memory, no fact extraction.
+
+Ids are derived, not random: a document's ``i``-th item is always the same memory id, so retaining
+a document again updates its memories in place (upstream's ``update_mode: replace``), and an
+``append`` continues the numbering after the memories the document already has.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import RetainError
+from ..retain.memories import parse_datetime
+from ..types import Memory
+from .errors import ServiceError
+from .schemas import UNSUPPORTED, MemoryItem, RetainBody
+
+#: namespace of the memory ids derived from (bank, document, place)
+ID_NAMESPACE = uuid.UUID("8f1c2a4e-6b1d-4c8e-9a57-2f0d3e6b9c10")
+
+
+def memory_id(bank_id: str, document_id: str, place: int) -> str:
+    """The id of a document's ``place``-th memory (a UUID string, as upstream's ids are)."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"{bank_id}\x00{document_id}\x00{place}"))
+
+
+def item_text(item: MemoryItem, index: int) -> str:
+    """The item's content as text; only text blocks can be stored without a vision model."""
+    if isinstance(item.content, str):
+        return item.content
+    parts = []
+    for number, block in enumerate(item.content):
+        if block.get("type") != "text" or not isinstance(block.get("text"), str):
+            raise ServiceError(400, "unsupported_content", f"items.{index}.content.{number}: only text blocks can be "
+                               f"retained (got type {block.get('type')!r}); hindsight-recall runs no vision model")
+        parts.append(block["text"])
+    return "\n".join(parts)
+
+
+def _date(item: MemoryItem, index: int, now: datetime) -> datetime | None:
+    """When the content occurred: the item's timestamp, now when omitted, none for ``"unset"``."""
+    value = item.timestamp
+    if value is None:
+        return now
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if value.strip().lower() == "unset":
+        return None
+    return parse_datetime(value, f"items.{index}.timestamp")
+
+
+def check_supported(body: RetainBody) -> None:
+    """Refuse (400) the item fields that would need an LLM step this project does not run."""
+    for index, item in enumerate(body.items):
+        for name in ("observation_scopes", "strategy"):
+            if getattr(item, name) is not None:
+                raise ServiceError(400, "unsupported_field", f"items.{index}.{name}: {UNSUPPORTED[name]}")
+
+
+def documents(body: RetainBody) -> dict[str, list[int]]:
+    """Item indexes by document id; as upstream, items without one share a generated document when no
+    item names one, and each get their own otherwise."""
+    named = any(item.document_id for item in body.items)
+    shared = str(uuid.uuid4())
+    out: dict[str, list[int]] = {}
+    for index, item in enumerate(body.items):
+        key = item.document_id or (str(uuid.uuid4()) if named else shared)
+        out.setdefault(key, []).append(index)
+    return out
+
+
+def build_memories(
+    bank_id: str, body: RetainBody, existing: Mapping[str, Sequence[str]], now: datetime | None = None
+) -> tuple[list[Memory], list[str]]:
+    """The memories to store and the ids of older memories that a replaced document no longer has.
+
+    :param bank_id: the bank.
+    :param body: the validated request.
+    :param existing: document id -> the ids its memories have now, in document order.
+    :param now: the time an item without a timestamp gets.
+    """
+    now = now or datetime.now(UTC)
+    extra_tags = [t for t in (body.document_tags or []) if t]
+    memories: list[Memory] = []
+    stale: list[str] = []
+    for document_id, indexes in documents(body).items():
+        old = list(existing.get(document_id, ()))
+        append = any(body.items[i].update_mode == "append" for i in indexes)
+        start = len(old) if append else 0
+        new_ids = []
+        for place, index in enumerate(indexes, start=start):
+            item = body.items[index]
+            when = _date(item, index, now)
+            new_ids.append(memory_id(bank_id, document_id, place))
+            fields: dict[str, Any] = dict(
+                id=new_ids[-1], text=item_text(item, index), type="world", occurred_start=when, occurred_end=when,
+                mentioned_at=when, context=item.context, document_id=document_id, metadata=dict(item.metadata or {}),
+                tags=tuple(dict.fromkeys(t.strip() for t in [*(item.tags or []), *extra_tags] if t.strip())),
+                entities=tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip())),
+                position=place,
+            )
+            if not fields["text"].strip():
+                raise RetainError(None, f"items.{index}.content", "must not be empty")
+            try:
+                memories.append(Memory(**fields))
+            except RetainError as exc:
+                raise RetainError(None, f"items.{index}.{exc.field}", exc.why) from None
+        if not append:
+            stale.extend(i for i in old if i not in set(new_ids))
+    return memories, stale

@@ -1,0 +1,77 @@
+"""Reading a bank's memories back one by one or a page at a time (not ranked: that is recall)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_COLUMNS = (
+    "u.external_id, u.text, u.fact_type, u.context, u.occurred_start, u.occurred_end, u.mentioned_at, u.tags, "
+    "u.metadata, u.document_id, u.chunk_id, u.proof_count, u.created_at, u.updated_at, "
+    "(SELECT coalesce(array_agg(e.canonical_name ORDER BY e.canonical_name), '{}') FROM unit_entities ue "
+    "JOIN entities e ON e.id = ue.entity_id WHERE ue.unit_id = u.id) AS entities, "
+    "(SELECT coalesce(array_agg(s.external_id ORDER BY s.external_id), '{}') FROM memory_units s "
+    "WHERE s.id = ANY(u.source_memory_ids)) AS sources"
+)
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return {
+        "id": r.external_id, "text": r.text, "type": r.fact_type, "context": r.context,
+        "occurred_start": _iso(r.occurred_start), "occurred_end": _iso(r.occurred_end),
+        "mentioned_at": _iso(r.mentioned_at), "tags": list(r.tags or ()), "metadata": dict(r.metadata or {}),
+        "document_id": r.document_id, "chunk_id": r.chunk_id, "proof_count": r.proof_count,
+        "entities": list(r.entities), "source_ids": list(r.sources),
+        "created_at": _iso(r.created_at), "updated_at": _iso(r.updated_at),
+    }
+
+
+async def get_memory(conn: AsyncConnection, bank_id: str, memory_id: str) -> dict[str, Any] | None:
+    """One memory by the caller's id, or ``None``."""
+    found = (await conn.execute(text(
+        f"SELECT {_COLUMNS} FROM memory_units u WHERE u.bank_id = :bank AND u.external_id = :id"
+    ), {"bank": bank_id, "id": memory_id})).first()
+    return None if found is None else _row(found)
+
+
+async def list_memories(
+    conn: AsyncConnection, bank_id: str, *, fact_type: str | None = None, search: str | None = None,
+    document_id: str | None = None, limit: int = 100, offset: int = 0,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of a bank's memories, most recently mentioned first, and how many match in all.
+
+    ``search`` is a case-insensitive substring of the text or the context (no pattern syntax).
+    """
+    where = ["u.bank_id = :bank"]
+    params: dict[str, Any] = {"bank": bank_id, "limit": limit, "offset": offset}
+    if fact_type is not None:
+        where.append("u.fact_type = :type")
+        params["type"] = fact_type
+    if search:
+        where.append("(strpos(lower(u.text), lower(:q)) > 0 OR strpos(lower(coalesce(u.context, '')), lower(:q)) > 0)")
+        params["q"] = search
+    if document_id is not None:
+        where.append("u.document_id = :doc")
+        params["doc"] = document_id
+    condition = " AND ".join(where)
+    total = int(await conn.scalar(text(f"SELECT count(*) FROM memory_units u WHERE {condition}"), params) or 0)
+    rows = await conn.execute(text(
+        f"SELECT {_COLUMNS} FROM memory_units u WHERE {condition} "
+        "ORDER BY coalesce(u.mentioned_at, u.created_at) DESC, u.external_id LIMIT :limit OFFSET :offset"
+    ), params)
+    return [_row(r) for r in rows], total
+
+
+async def document_memory_ids(conn: AsyncConnection, bank_id: str, document_id: str) -> list[str]:
+    """The caller ids of a document's memories, in document order."""
+    rows = await conn.execute(text(
+        "SELECT external_id FROM memory_units WHERE bank_id = :bank AND document_id = :doc "
+        "ORDER BY position NULLS LAST, created_at, external_id"
+    ), {"bank": bank_id, "doc": document_id})
+    return list(rows.scalars())

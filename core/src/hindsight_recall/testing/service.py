@@ -1,0 +1,62 @@
+"""A real ``hindsight-recall serve`` application on 127.0.0.1, run by uvicorn in a thread, for tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerThread:
+    """The service app on its own event loop in a thread; ``url`` once :meth:`start` returns.
+
+    :param settings: the service's core settings (its own embedded data directory, say).
+    """
+
+    def __init__(self, settings: Any) -> None:
+        import uvicorn
+
+        from hindsight_recall.service.app import create_app
+
+        self.app = create_app(settings)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, lifespan="on", access_log=False,
+                                log_config=None, timeout_graceful_shutdown=10)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="hindsight-service", daemon=True)
+
+    @property
+    def engine(self) -> Any:
+        """The service's engine (for tests that reach past the API)."""
+        return self.app.app.state.engine
+
+    def start(self, timeout: float = 600) -> ServerThread:
+        """Start serving and wait until ``/health/ready`` answers 200 (the model is loaded)."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.app.state.failure:
+                raise RuntimeError(f"the service failed to start: {self.app.state.failure}")
+            try:
+                if httpx.get(f"{self.url}/health/ready", timeout=5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the service was not ready in time")
+
+    def stop(self) -> None:
+        """Shut down as on SIGTERM: requests in flight finish, then the engine closes."""
+        self.server.should_exit = True
+        self.thread.join(timeout=60)

@@ -1,0 +1,50 @@
+"""The HTTP benchmark runs end to end on a tiny split (ours only: upstream needs its own multi-GB venv)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hindsight_recall.bench.http import main, table
+
+MEMORIES = [
+    {"bank": "tiny", "id": "job", "text": "Priya works at Orbital Foods as a pastry chef."},
+    {"bank": "tiny", "id": "pet", "text": "Priya adopted a grey cat called Miso."},
+    {"bank": "tiny", "id": "trip", "text": "Priya flew to Lisbon in May 2023.", "occurred_at": "2023-05-10T00:00:00Z"},
+]
+QUESTIONS = [
+    {"qid": "q1", "bank": "tiny", "question": "Where does Priya work?", "evidence": ["job"]},
+    {"qid": "q2", "bank": "tiny", "question": "What is the name of Priya's cat?", "evidence": ["pet"]},
+    {"qid": "q3", "bank": "tiny", "question": "Where did Priya travel in May?", "evidence": ["trip"]},
+]
+
+
+def test_bench_http_on_a_tiny_split(tmp_path: Path) -> None:
+    data = tmp_path / "split"
+    data.mkdir()
+    (data / "memories.jsonl").write_text("\n".join(json.dumps(m) for m in MEMORIES) + "\n")
+    (data / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
+    out = tmp_path / "out"
+    assert main(["--data", str(data), "--rounds", "1", "--block", "2", "--concurrency", "2", "--seconds", "1",
+                 "--out", str(out)]) == 0
+    report = json.loads((out / "http.json").read_text())
+    assert set(report["systems"]) == {"ours-http", "ours-inprocess"}
+    assert report["systems"]["ours-http"]["latency_ms"]["n"] == 3
+    assert report["systems"]["ours-inprocess"]["latency_ms"]["n"] == 3
+    run = report["systems"]["ours-http"]["throughput"][0]
+    assert run["clients"] == 2 and run["recalls"] > 0 and run["errors"] == 0
+    assert isinstance(report["http_overhead_ms_p50"], float)
+
+
+def test_missing_split_is_a_clear_exit(tmp_path: Path) -> None:
+    assert main(["--data", str(tmp_path / "nowhere")]) == 2
+
+
+def test_table_lists_every_system_and_concurrency() -> None:
+    report = {"concurrency": [8, 32], "http_overhead_ms_p50": 1.2, "systems": {
+        "ours-http": {"latency_ms": {"p50": 5.0, "p95": 9.0},
+                      "throughput": [{"clients": 8, "per_second": 100.0, "errors": 0}]},
+        "ours-inprocess": {"latency_ms": {"p50": 3.8, "p95": 7.0}}}}
+    text = table(report)
+    assert "| ours-http | 5.0 | 9.0 | 100.0 (0 err) | - |" in text and "| ours-inprocess | 3.8 | 7.0 | - | - |" in text
+    assert "1.2 ms" in text
