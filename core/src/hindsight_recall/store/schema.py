@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
+from .citus import distribute, has_citus, key_by_bank
 
 #: Columns every arm selects, in the order :class:`~hindsight_recall.types.MemoryRow` expects.
 ROW_COLUMNS = (
@@ -246,7 +247,8 @@ DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _
 
 
 async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBackend) -> None:
-    """Bring the schema up to date, idempotently and safely under concurrent start-ups.
+    """Bring the schema up to date, idempotently and safely under concurrent start-ups; on a Citus
+    coordinator, distribute the tables by bank (see :mod:`.citus`).
 
     :param conn: a connection inside a transaction.
     :param dimensions: the embedding dimension of the configured provider.
@@ -269,8 +271,11 @@ async def migrate(conn: AsyncConnection, dimensions: int, backend: TextSearchBac
         if version in DATA_MIGRATIONS:
             await DATA_MIGRATIONS[version](conn)
         await conn.execute(text("INSERT INTO hindsight_migrations (version) VALUES (:v)"), {"v": version})
+    await key_by_bank(conn)
     await _check_dimensions(conn, dimensions)
     await _install_text_search(conn, backend)
+    if await has_citus(conn):
+        await distribute(conn)
 
 
 async def _check_dimensions(conn: AsyncConnection, dimensions: int) -> None:
