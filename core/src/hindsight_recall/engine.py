@@ -21,7 +21,7 @@ from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
 from .store import banks
-from .store.citus import check_backend, has_citus
+from .store.citus import check_backend
 from .store.db import Database, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -89,7 +89,7 @@ class Engine:
         await self.db.open()
         try:
             async with self.db.connect() as conn:
-                if await has_citus(conn):
+                if self.db.citus:
                     check_backend(self.text_search, self._citus_backends())
                 await migrate(conn, dimensions, self.text_search)
         except DBAPIError as exc:

@@ -181,7 +181,9 @@ class Ingestor:
             table_rows = await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
-        if needs_maintenance(offset, float(table_rows or 0)):
+        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
+        # cluster: the workers' autovacuum looks after their shards instead.
+        if not self.db.citus and needs_maintenance(offset, float(table_rows or 0)):
             # What autovacuum would do within a minute of a bulk load, done before the first recall:
             # statistics for the keyword arm's term frequencies, and visibility maps, without which
             # the graph arm's index-only walks over entity pairs fetch every heap row.

@@ -163,10 +163,11 @@ async def _semantic_by_index(
     A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default); they
     hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
     """
-    await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true), "
-                            "set_config('hnsw.iterative_scan', 'strict_order', true)"),
-                       {"ef": str(SEMANTIC_NEIGHBOURS * 2)})
+    from ..recall.arms._ann import set_local  # late: retain rarely asks the index
     from ..types import FACT_TYPES
+
+    await conn.exec_driver_sql(set_local({"hnsw.ef_search": str(SEMANTIC_NEIGHBOURS * 2),
+                                          "hnsw.iterative_scan": "strict_order"}))
 
     # the fact type and `ann` are plain predicates so each lateral matches its partial index
     statement = text(
