@@ -216,11 +216,12 @@ async def _check(
     """Run ``call`` recording its statements; fail if one plans, or ran, on a shard not holding ``bank``."""
     with recording(monkeypatch) as record:
         result = await call
+    verdict = await explain_all(driver_url(engine), engine.settings.database_schema, record.sent)
+    _fail_on_fan_out(verdict, what)
+    # what ran, too: INSERT ... SELECT from a staging table and COPY plan no task, their rows find their shard
     elsewhere = await foreign_shards(driver_url(engine), bank, record.remote)
     assert not elsewhere, f"{what}: a worker ran a command on another bank's shard: {elsewhere[0]}"
     assert any(_SHARD.search(c) for c in record.remote), f"{what}: no command reached a shard"
-    verdict = await explain_all(driver_url(engine), engine.settings.database_schema, record.sent)
-    _fail_on_fan_out(verdict, what)
     assert verdict.routed, f"{what}: no statement reached a shard"
     return result, verdict
 
