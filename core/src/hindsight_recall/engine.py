@@ -21,7 +21,7 @@ from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
 from .store import banks
-from .store.citus import check_backend
+from .store.citus import check_backend, compatible_backends
 from .store.db import Database, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -90,7 +90,7 @@ class Engine:
         try:
             async with self.db.connect() as conn:
                 if self.db.citus:
-                    check_backend(self.text_search, self._citus_backends())
+                    check_backend(self.text_search, compatible_backends(self.plugins))
                 await migrate(conn, dimensions, self.text_search)
         except DBAPIError as exc:
             await self.db.close()
@@ -101,11 +101,6 @@ class Engine:
         if self.settings.enable_temporal_retrieval:
             warm_date_parser()
         return self
-
-    def _citus_backends(self) -> list[str]:
-        """The installed text-search backends that declare ``citus_compatible``."""
-        return [n for n in self.plugins.names("text_search")
-                if getattr(self.plugins.get("text_search", n), "citus_compatible", False)]
 
     async def close(self) -> None:
         await self.rerank.close()

@@ -14,6 +14,7 @@ Two idempotent steps run after the numbered migrations:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -72,6 +73,15 @@ async def key_by_bank(conn: AsyncConnection) -> None:
 async def has_citus(conn: AsyncConnection) -> bool:
     """Whether the database has the ``citus`` extension (the engine is then talking to a coordinator)."""
     return bool(await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
+
+
+def compatible_backends(plugins: Any) -> list[str]:
+    """The installed text-search backends that declare ``citus_compatible``.
+
+    :param plugins: the engine's plugin manager.
+    """
+    names: list[str] = plugins.names("text_search")
+    return [n for n in names if getattr(plugins.get("text_search", n), "citus_compatible", False)]
 
 
 def check_backend(backend: TextSearchBackend, compatible: Sequence[str]) -> None:
