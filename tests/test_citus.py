@@ -33,7 +33,6 @@ from hindsight_recall.testing import TextSearchBackendSuite
 from hindsight_recall.testing.citus import check_routed, driver_url, explain_all, first_word, recording
 from hindsight_recall_native import NativeBackend
 
-
 #: set by tests(citus): a missing cluster fails the run instead of skipping
 REQUIRED_ENV = "HINDSIGHT_TEST_CITUS"
 
