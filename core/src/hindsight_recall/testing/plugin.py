@@ -5,11 +5,21 @@ class-scoped: one engine (and, for embedded runs, one fresh server) serves a who
 
 The engine runs on an event loop the fixtures own (:func:`hr_run`) rather than on pytest-asyncio's,
 so the suite works in any project, whatever its asyncio mode and loop scope, or without the plugin.
+
+A backend that needs an extension runs against ``HINDSIGHT_TEST_DATABASE_URL_<NAME>``; without it,
+and with the name in ``HINDSIGHT_TEST_EXTENSION_SERVERS``, the kit builds the extension
+(:mod:`~hindsight_recall.testing.pgserver`) and starts one server for the session.
+
+Every test that uses a server or the engine through these fixtures is marked ``hindsight_live``
+(needs the model stack and a server), so a session without them can run ``-m "not hindsight_live"``
+and a new live test needs no list of file names.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib.util
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,10 +28,20 @@ from typing import Any, TypeVar
 
 import pytest
 
+from . import pgserver
+
 T = TypeVar("T")
 
 #: The variable naming a server for backend ``<name>``; ``{}`` is the upper-cased name.
 DATABASE_URL_ENV = "HINDSIGHT_TEST_DATABASE_URL_{}"
+#: Backends (comma-separated, or ``all``) whose server the kit may build and start when no URL is given.
+SERVERS_ENV = "HINDSIGHT_TEST_EXTENSION_SERVERS"
+#: Set to 1 to fail, rather than skip, when such a server cannot be built here (CI sets it).
+REQUIRED_ENV = "HINDSIGHT_TEST_EXTENSION_SERVERS_REQUIRED"
+#: The marker of tests that need a server and the model stack.
+LIVE = "hindsight_live"
+#: Fixtures that make a test live.
+LIVE_FIXTURES = frozenset({"hr_engine", "hr_settings", "hr_database_url", "hr_run", "hr_servers", "hr_fresh_schema"})
 
 
 def database_url_env(backend_name: str) -> str:
@@ -34,6 +54,83 @@ def database_url_env(backend_name: str) -> str:
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "hindsight_backend(name): the text-search backend a suite targets")
+    config.addinivalue_line("markers", f"{LIVE}: needs a PostgreSQL server and the model stack (set by "
+                                       "the hindsight-recall plugin on every test using its server fixtures)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a server fixture ``hindsight_live``, before ``-m`` selects."""
+    for item in items:
+        if LIVE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(LIVE)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A live test skips, saying why, where the model stack is not installed (a SQL-only environment)."""
+    if item.get_closest_marker(LIVE) and importlib.util.find_spec("sentence_transformers") is None:
+        pytest.skip("needs the model stack (torch, sentence-transformers), which is not installed here")
+
+
+def _wanted(backend_name: str) -> bool:
+    names = {n.strip() for n in os.environ.get(SERVERS_ENV, "").split(",")}
+    return backend_name in names or "all" in names
+
+
+class ExtensionServers:
+    """The servers of one test session, one per backend, each started on first use and stopped at the end."""
+
+    def __init__(self, quiet: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
+        self._quiet = quiet
+        self._servers: dict[str, pgserver.Server] = {}
+        self._unavailable: dict[str, str] = {}
+
+    def url(self, backend_name: str, variable: str | None = None) -> str:
+        """The URL in ``variable`` (default ``HINDSIGHT_TEST_DATABASE_URL_<NAME>``), else a built server's.
+
+        Skips, naming what to set, when neither is possible.
+        """
+        variable = variable or database_url_env(backend_name)
+        url = os.environ.get(variable, "").strip()
+        if url:
+            return url
+        if backend_name in pgserver.RECIPES and _wanted(backend_name):
+            return self._start(backend_name).url
+        hint = (f", or {SERVERS_ENV}={backend_name} to build and start one"
+                if backend_name in pgserver.RECIPES else "")
+        pytest.skip(f"the {backend_name!r} text-search backend needs a PostgreSQL server with its extension and "
+                    f"pgvector: set {variable} to its URL to run this suite{hint}")
+
+    def _start(self, backend_name: str) -> pgserver.Server:
+        if backend_name in self._servers:
+            return self._servers[backend_name]
+        reason = self._unavailable.get(backend_name)
+        if reason is None:
+            try:
+                with self._quiet():  # build progress goes to the terminal
+                    self._servers[backend_name] = pgserver.start_server(pgserver.install(backend_name))
+                return self._servers[backend_name]
+            except pgserver.Unavailable as exc:
+                reason = self._unavailable[backend_name] = f"no {backend_name} server: {exc}"
+        if os.environ.get(REQUIRED_ENV, "").strip() not in ("", "0"):
+            pytest.fail(f"{reason} ({REQUIRED_ENV} is set)", pytrace=False)
+        pytest.skip(reason)
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()
+
+
+@pytest.fixture(scope="session")
+def hr_servers(request: pytest.FixtureRequest) -> Iterator[ExtensionServers]:
+    """The session's extension servers: ``hr_servers.url("pgroonga")`` (see :class:`ExtensionServers`)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    servers = ExtensionServers(capture.global_and_fixture_disabled if capture else contextlib.nullcontext)
+    try:
+        yield servers
+    finally:
+        servers.close()
 
 
 @pytest.fixture(scope="class")
@@ -64,25 +161,44 @@ def hr_plugin_manager() -> Any:
 
 @pytest.fixture(scope="class")
 def hr_database_url(
-    request: pytest.FixtureRequest, hr_backend_name: str, hr_plugin_manager: Any
+    request: pytest.FixtureRequest, hr_backend_name: str, hr_plugin_manager: Any, hr_servers: ExtensionServers
 ) -> str | None:
     """The server URL from the class's ``database_url_env`` (default ``HINDSIGHT_TEST_DATABASE_URL_<NAME>``).
 
     Unset, it is ``None`` (the embedded server) for a backend whose ``runs_on_embedded_server`` flag
-    is true, and skips the class otherwise, naming the variable to set.
+    is true; otherwise a server the kit builds and starts when the backend is named in
+    ``HINDSIGHT_TEST_EXTENSION_SERVERS``, else the class skips, naming the variables to set.
     """
     variable = getattr(request.cls, "database_url_env", None) or database_url_env(hr_backend_name)
-    url = os.environ.get(variable, "").strip()
-    if url:
-        return url
+    if os.environ.get(variable, "").strip():
+        return hr_servers.url(hr_backend_name, variable)
     backend = hr_plugin_manager.get("text_search", hr_backend_name)
     # The protocol's default (False) is the safe side: an undeclared backend asks for a server.
     if backend.runs_on_embedded_server:
         return None
-    pytest.skip(
-        f"the {hr_backend_name!r} text-search backend needs a PostgreSQL server with its extension and "
-        f"pgvector: set {variable} to its URL to run this suite"
-    )
+    return hr_servers.url(hr_backend_name, variable)
+
+
+@pytest.fixture
+def hr_fresh_schema(hr_database_url: str | None) -> Iterator[str]:
+    """A new, empty schema on the class's server (``database_schema`` for an engine); dropped afterwards.
+
+    An engine built there has tables of its own: statistics and plans that no other test disturbs.
+    """
+    if hr_database_url is None:
+        pytest.skip("hr_fresh_schema needs a server URL (the embedded server starts with the engine)")
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    url = make_url(hr_database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    schema = f"hr_fresh_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}".encode())
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE".encode())
 
 
 @pytest.fixture(scope="class")
