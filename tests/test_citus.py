@@ -27,7 +27,7 @@ from hindsight_recall.errors import ConfigError
 from hindsight_recall.plugins import get_plugin_manager
 from hindsight_recall.retain import links
 from hindsight_recall.settings import Settings
-from hindsight_recall.store import schema
+from hindsight_recall.store import banks, schema
 from hindsight_recall.store.citus import compatible_backends
 from hindsight_recall.testing import TextSearchBackendSuite
 from hindsight_recall.testing.citus import check_routed, driver_url, explain_all, first_word, recording
@@ -106,8 +106,12 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
         "recall of observations")
     stats, _ = await check_routed(engine, bank, engine.bank_stats(bank), "bank stats")
     assert stats is not None and stats["memories"] == len({m["id"] for m in [*ALICE, *MORE]})
-    await check_routed(engine, bank, engine.set_bank_config(bank, {"recall_budget_function": "fixed"}),
-                       "bank config")
+
+    async def configure() -> dict[str, Any]:
+        async with engine.db.connect() as conn:
+            return await banks.set_bank_config(conn, bank, {"recall_budget_fixed_low": 50})
+
+    await check_routed(engine, bank, configure(), "bank config")
     removed, _ = await check_routed(engine, bank, engine.forget(bank, ["promo", "pasta"]), "forget")
     assert removed == 2
     deleted, _ = await check_routed(engine, bank, engine.delete_bank(bank), "delete_bank")
@@ -158,7 +162,7 @@ async def test_a_single_server_store_is_distributed_with_its_rows(
     """A store built as on one server (tables local to the coordinator) is distributed at the next start,
     rows and all; every bank then recalls what it recalled before, from its own shard."""
     settings = make_settings(database_schema=f"upgrade_{uuid.uuid4().hex[:8]}")
-    banks = {"alice": [ALICE], "alice-more": [ALICE, MORE]}  # batches in order
+    stores = {"alice": [ALICE], "alice-more": [ALICE, MORE]}  # batches in order
     queries = ("Where does Alice work?", "What happened in January 2024?", "Who cooked dinner?")
 
     async def no_citus(conn: Any) -> bool:
@@ -168,18 +172,18 @@ async def test_a_single_server_store_is_distributed_with_its_rows(
         patch.setattr(schema, "has_citus", no_citus)  # the schema as one server built it
         async with Engine(settings) as single:
             require_citus(single)
-            for bank, batches in banks.items():
+            for bank, batches in stores.items():
                 for batch in batches:
                     await single.retain(bank, batch)
             assert await _distributed(single) == {}
-            before = {(b, q): await _ranked(single, b, q) for b in banks for q in queries}
-            stats = {b: await single.bank_stats(b) for b in banks}
+            before = {(b, q): await _ranked(single, b, q) for b in stores for q in queries}
+            stats = {b: await single.bank_stats(b) for b in stores}
     async with Engine(settings) as cluster:
         tables = await _distributed(cluster)
-        assert tables == {**dict.fromkeys(("banks", "memory_units", "entities", "chunks", "unit_entities",
+        assert tables == {**dict.fromkeys(("stores", "memory_units", "entities", "chunks", "unit_entities",
                                            "memory_links", "observation_sources"), "h"),
                           "hindsight_meta": "n", "hindsight_migrations": "n"}
-        for bank in banks:
+        for bank in stores:
             assert await cluster.bank_stats(bank) == stats[bank]
             for query in queries:
                 ranked, _ = await check_routed(cluster, bank, _ranked(cluster, bank, query), f"recall {query!r}")
