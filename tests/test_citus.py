@@ -180,7 +180,7 @@ async def test_a_single_server_store_is_distributed_with_its_rows(
             stats = {b: await single.bank_stats(b) for b in stores}
     async with Engine(settings) as cluster:
         tables = await _distributed(cluster)
-        assert tables == {**dict.fromkeys(("stores", "memory_units", "entities", "chunks", "unit_entities",
+        assert tables == {**dict.fromkeys(("banks", "memory_units", "entities", "chunks", "unit_entities",
                                            "memory_links", "observation_sources"), "h"),
                           "hindsight_meta": "n", "hindsight_migrations": "n"}
         for bank in stores:

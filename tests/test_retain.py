@@ -250,11 +250,14 @@ def test_only_loads_autovacuum_would_act_on_are_maintained() -> None:
     assert not needs_maintenance(5_000, 1_000_000)  # a small bank added to a big table: autovacuum's job
 
 
+_NO_VACUUM_ON_CITUS = "on Citus the workers' autovacuum maintains the shards; retain runs no VACUUM there"
+
+
 async def test_a_bulk_load_is_vacuumed_and_analyzed_before_retain_returns(
     engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if engine.db.citus:
-        pytest.skip("on Citus the workers' autovacuum maintains the shards; retain runs no VACUUM there")
+        pytest.skip(_NO_VACUUM_ON_CITUS)
     from hindsight_recall.retain.ingest import MAINTAINED_TABLES
 
     calls: list[object] = []
@@ -288,6 +291,9 @@ async def test_a_bulk_load_is_vacuumed_and_analyzed_before_retain_returns(
 async def test_a_failed_vacuum_keeps_the_committed_load(
     engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    if engine.db.citus:
+        pytest.skip(_NO_VACUUM_ON_CITUS)
+
     async def refuse(tables: object) -> None:
         raise RuntimeError("must be owner of table memory_units")
 
