@@ -1,5 +1,5 @@
-"""Sessions: ``tests`` (the whole suite as ``tests(all)``, plus ``tests(<ext>)`` per text-search extension),
-``lint`` and ``demo``.
+"""Sessions: ``tests`` (the whole suite as ``tests(all)``, ``tests(<ext>)`` per text-search extension and
+``tests(citus)`` on a Citus cluster), ``lint`` and ``demo``.
 
 Each session installs only what it runs: ``tests(native)``, ``tests(vchord)`` and ``tests(pg_search)``
 without a server URL check SQL only and install no model stack; ``tests(pg_textsearch)`` and
@@ -66,6 +66,11 @@ def lint(session: nox.Session) -> None:
 #: One matrix entry per text-search extension, in the order of docs/backends.md.
 EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga", "pg_search")
 SUITE = "all"
+CITUS = "citus"
+#: What tests(citus) runs on the cluster: the engine suites, and test_citus.py (routing, distribution,
+#: growth, and the compliance suite of every installed backend that declares citus_compatible).
+CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
+                "tests/test_reliability.py", "tests/test_concurrency.py")
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
 BUILT = ("pg_textsearch", "pgroonga")
 #: Why the others run only their SQL checks without a URL.
@@ -80,17 +85,23 @@ NOT_LIVE = {
 @nox.parametrize(
     "target",
     [nox.param(SUITE, id=SUITE, tags=["suite"]),
-     *(nox.param(ext, id=ext, tags=["compliance", ext]) for ext in EXTENSIONS)],
+     *(nox.param(ext, id=ext, tags=["compliance", ext]) for ext in EXTENSIONS),
+     nox.param(CITUS, id=CITUS, tags=["citus"])],
 )
 def tests(session: nox.Session, target: str) -> None:
     """Run the whole suite (all), or one backend's tests and compliance suite.
 
     A backend's live suite runs against ``HINDSIGHT_TEST_DATABASE_URL_<EXT>`` when it is set; without
     it, pg_textsearch and PGroonga are built from source (cached) and run live on a server of their own.
+    ``tests(citus)`` runs against ``HINDSIGHT_TEST_DATABASE_URL_CITUS`` (a coordinator); without it, it
+    builds Citus (cached) and the run starts a coordinator and two workers, stopped at its end.
     """
     if target == SUITE:
         install(session, *TEST_DEPS)
         session.run("pytest", *session.posargs, env=OFFLINE)
+        return
+    if target == CITUS:
+        citus(session)
         return
     groups = nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), f"tests-{target}")
     variable = f"HINDSIGHT_TEST_DATABASE_URL_{target.upper()}"
@@ -119,6 +130,22 @@ def tests(session: nox.Session, target: str) -> None:
         codes = [0] if os.environ.get("HINDSIGHT_TEST_EXTENSION_SERVERS_REQUIRED", "0") != "0" else [0, 3]
         session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", target, success_codes=codes)
     session.run("pytest", f"backends/{target}/tests", "-rs", *session.posargs, env=env)
+
+
+def citus(session: nox.Session) -> None:
+    """tests(citus): the engine suites and test_citus.py on a Citus coordinator; a missing cluster fails."""
+    install(session, *TEST_DEPS)
+    env = {**OFFLINE, "HINDSIGHT_TEST_CITUS": "1"}
+    url = os.environ.get("HINDSIGHT_TEST_DATABASE_URL_CITUS", "").strip()
+    if url:
+        env["HINDSIGHT_TEST_DATABASE_URL"] = url
+        session.log("citus: against HINDSIGHT_TEST_DATABASE_URL_CITUS")
+    else:
+        env["HINDSIGHT_TEST_DATABASE_URL"] = ""  # a URL from the environment would stop the cluster's start
+        # built ahead of pytest so that its progress shows; the run's conftest then starts the cluster
+        session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", "citus")
+        session.log("citus: HINDSIGHT_TEST_DATABASE_URL_CITUS is unset: a coordinator and two workers on 127.0.0.1")
+    session.run("pytest", *CITUS_SUITES, "-rs", *session.posargs, env=env)
 
 
 def run_against_upstream(session: nox.Session, module: str) -> None:

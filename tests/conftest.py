@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -15,6 +16,63 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from hindsight_recall import Engine, load_settings  # noqa: E402
 from hindsight_recall.settings import Settings  # noqa: E402
+
+#: tests(citus) sets it: without HINDSIGHT_TEST_DATABASE_URL, the run starts a coordinator and two workers
+CITUS_ENV = "HINDSIGHT_TEST_CITUS"
+#: with a cluster given by URL, a Citus server (host:port) the growth test may add as a worker
+SPARE_WORKER_ENV = "HINDSIGHT_TEST_CITUS_SPARE_WORKER"
+_CLUSTER = pytest.StashKey[tuple[contextlib.ExitStack, Any]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under tests(citus) without a URL: build (or reuse) Citus and start a cluster for the whole run."""
+    if os.environ.get(CITUS_ENV, "") in ("", "0") or os.environ.get("HINDSIGHT_TEST_DATABASE_URL"):
+        return
+    from hindsight_recall.testing.pgserver import citus_cluster  # late: only a Citus run needs it
+
+    stack = contextlib.ExitStack()
+    cluster = stack.enter_context(citus_cluster(workers=2))
+    config.stash[_CLUSTER] = (stack, cluster)
+    os.environ["HINDSIGHT_TEST_DATABASE_URL"] = cluster.url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop every server the run started (after failures too)."""
+    held = config.stash.get(_CLUSTER, None)
+    if held is not None:
+        held[0].close()
+
+
+@pytest.fixture
+def citus_grow(request: pytest.FixtureRequest) -> Callable[[], tuple[str, int]]:
+    """Adds one worker to the Citus cluster under test; returns its (host, port).
+
+    A cluster this run started gets a new server; a cluster given by URL gets the server named in
+    HINDSIGHT_TEST_CITUS_SPARE_WORKER, and without it the test skips.
+    """
+    held = request.config.stash.get(_CLUSTER, None)
+    if held is not None:
+        cluster = held[1]
+
+        def grow() -> tuple[str, int]:
+            return "127.0.0.1", int(cluster.add_worker().port)
+
+        return grow
+    spare = os.environ.get(SPARE_WORKER_ENV, "").strip()
+    if not spare:
+        pytest.skip(f"needs a worker to add: a cluster this run starts (tests(citus) without a URL), or "
+                    f"{SPARE_WORKER_ENV}=host:port naming a Citus server outside the cluster")
+    host, port = spare.rsplit(":", 1)
+
+    def add_spare() -> tuple[str, int]:
+        import psycopg  # late: only this test adds nodes
+
+        url = os.environ["HINDSIGHT_TEST_DATABASE_URL"]
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT citus_add_node(%s, %s)", (host, int(port)))
+        return host, int(port)
+
+    return add_spare
 
 
 @pytest.fixture(scope="session")

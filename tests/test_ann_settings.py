@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from hindsight_recall import Engine
-from hindsight_recall.recall.arms._ann import AnnSettings
+from hindsight_recall.recall.arms._ann import AnnSettings, set_local
 from sqlalchemy import event, text
 
 
@@ -33,5 +33,13 @@ async def test_rejected_settings_are_remembered_and_accepted_ones_batched(
             assert await conn.scalar(text("SELECT current_setting('hnsw.ef_search')")) == "91"
     finally:
         event.remove(engine.db.engine.sync_engine, "before_cursor_execute", record)
-    sent = [s for s in statements if "set_config" in s]
+    sent = [s for s in statements if s.startswith("SET LOCAL")]  # one round trip, however many settings
     assert len(sent) == 1 and not any("SAVEPOINT" in s for s in statements)
+
+
+def test_set_local_inlines_only_plain_names_and_values() -> None:
+    assert set_local({"hnsw.ef_search": "40", "hnsw.iterative_scan": "strict_order"}) == (
+        "SET LOCAL hnsw.ef_search = '40'; SET LOCAL hnsw.iterative_scan = 'strict_order'")
+    for bad in ({"hnsw.ef_search": "1'; DROP TABLE banks; --"}, {"hnsw ef": "1"}, {"hnsw.ef_search": ""}):
+        with pytest.raises(ValueError, match="not a plain setting"):
+            set_local(bad)

@@ -124,9 +124,9 @@ async def test_semantic_links_add_to_a_score_but_admit_nothing(engine: Engine, m
         ids: dict[str, Any] = dict((await conn.execute(
             text("SELECT external_id, id FROM memory_units WHERE bank_id = :bank"), {"bank": music})).all())
         await conn.execute(
-            text("INSERT INTO memory_links (from_unit_id, to_unit_id, link_type, weight) "
-                 "VALUES (:cello, :rehearsal, 'semantic', 0.8), (:filler, :cello, 'semantic', 0.9)"),
-            {"cello": ids["cello"], "rehearsal": ids["rehearsal"], "filler": ids["filler-3"]},
+            text("INSERT INTO memory_links (from_unit_id, to_unit_id, link_type, weight, bank_id) "
+                 "VALUES (:cello, :rehearsal, 'semantic', 0.8, :bank), (:filler, :cello, 'semantic', 0.9, :bank)"),
+            {"cello": ids["cello"], "rehearsal": ids["rehearsal"], "filler": ids["filler-3"], "bank": music},
         )
     scores, _ = await expand(engine, music, INSTRUMENT)
     assert scores["rehearsal"] == pytest.approx(math.tanh(0.5) + 0.8)

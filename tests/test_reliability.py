@@ -37,11 +37,13 @@ DUMP = [
     "SELECT u::text FROM memory_units u WHERE bank_id = ANY(:banks) ORDER BY id",
     "SELECT c::text FROM chunks c WHERE bank_id = ANY(:banks) ORDER BY bank_id, chunk_id",
     "SELECT e::text FROM entities e WHERE bank_id = ANY(:banks) ORDER BY id",
-    "SELECT ue::text FROM unit_entities ue JOIN memory_units u ON u.id = ue.unit_id "
+    "SELECT ue::text FROM unit_entities ue JOIN memory_units u ON u.id = ue.unit_id AND u.bank_id = ue.bank_id "
     "WHERE u.bank_id = ANY(:banks) ORDER BY ue.unit_id, ue.entity_id",
     "SELECT l::text FROM memory_links l WHERE EXISTS (SELECT 1 FROM memory_units u WHERE u.bank_id = ANY(:banks) "
-    "AND u.id IN (l.from_unit_id, l.to_unit_id)) ORDER BY l.from_unit_id, l.to_unit_id, l.link_type",
-    "SELECT o::text FROM observation_sources o JOIN memory_units u ON u.id = o.observation_id "
+    "AND u.bank_id = l.bank_id AND u.id IN (l.from_unit_id, l.to_unit_id)) "
+    "ORDER BY l.from_unit_id, l.to_unit_id, l.link_type",
+    "SELECT o::text FROM observation_sources o "
+    "JOIN memory_units u ON u.id = o.observation_id AND u.bank_id = o.bank_id "
     "WHERE u.bank_id = ANY(:banks) ORDER BY o.source_id, o.observation_id",
 ]
 
@@ -88,8 +90,10 @@ async def test_no_bank_sees_or_touches_another(engine: Engine, drawn: list[tuple
                 owned = (await conn.execute(text(
                     "SELECT (SELECT count(*) FROM memory_units WHERE bank_id = :b), "
                     "(SELECT array_agg(chunk_text ORDER BY chunk_text) FROM chunks WHERE bank_id = :b), "
-                    "(SELECT count(*) FROM unit_entities ue JOIN memory_units u ON u.id = ue.unit_id "
-                    " JOIN entities e ON e.id = ue.entity_id WHERE u.bank_id = :b AND e.bank_id <> u.bank_id)"
+                    # pairs of the bank whose memory or entity is not the bank's own
+                    "(SELECT count(*) FROM unit_entities ue WHERE ue.bank_id = :b AND ("
+                    "NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.bank_id = :b AND u.id = ue.unit_id) OR "
+                    "NOT EXISTS (SELECT 1 FROM entities e WHERE e.bank_id = :b AND e.id = ue.entity_id)))"
                 ), {"b": bank})).one()
             assert tuple(owned) == (2, [f"Chunk text of bank number {i}.", f"Second chunk of bank number {i}."], 0)
         others = banks[1:]

@@ -22,6 +22,7 @@ from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
 from .store import banks, listing, token_counts
+from .store.citus import check_backend, compatible_backends
 from .store.db import Database, database_error, database_errors, db_message, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
@@ -90,6 +91,8 @@ class Engine:
         dimensions = await asyncio.to_thread(self.embedder.dimensions)
         await self.db.open()
         try:
+            if self.db.citus:
+                check_backend(self.text_search, compatible_backends(self.plugins))
             await migrate(self.db, dimensions, self.text_search)
             async with self.db.connect() as conn:
                 if await token_counts.reconcile(conn, self.tokens.counts_key):

@@ -72,7 +72,9 @@ async def apply_context(ctx: RetrievalContext, candidates: list[Candidate]) -> t
     top = max(c.rrf_score for c in candidates) or 1.0
     scores = {c.row.id: c.rrf_score / top for c in candidates}
     added = lift(scores, places, a, b)
-    fresh = [Candidate(row=row, rrf_score=0.0) for row in rows.values()]
+    # in document order: neighbours often tie, and the rows' order from the server is no order at all
+    # (it differs between plans, e.g. one server and a Citus worker)
+    fresh = [Candidate(row=rows[place], rrf_score=0.0) for place in sorted(rows)]
     everything = candidates + fresh
     for c in candidates:
         c.boost /= top  # the boost is on the fused score's scale, which this stage divides by its top

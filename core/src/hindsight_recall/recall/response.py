@@ -150,7 +150,7 @@ async def _entities(
             text(
                 "SELECT ue.unit_id, e.id, e.canonical_name "
                 "FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
-                "WHERE e.bank_id = :bank AND ue.unit_id = ANY(:ids) ORDER BY e.canonical_name"
+                "WHERE e.bank_id = :bank AND ue.bank_id = :bank AND ue.unit_id = ANY(:ids) ORDER BY e.canonical_name"
             ),
             {"bank": req.bank_id, "ids": list(owners)},
         )

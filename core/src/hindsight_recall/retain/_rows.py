@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RetainError
-from ..store._bincopy import copy_columns, driver_connection
+from ..store._bincopy import bank_column, copy_columns, driver_connection
 from ..types import Memory
 
 _NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
@@ -68,7 +68,8 @@ async def write_entities(
 ) -> None:
     """Entity rows (once per bank and case-folded name) and unit-entity pairs, by binary COPY in id order."""
     if not fresh:  # a new bank's rows have no entity rows yet
-        await conn.execute(text("DELETE FROM unit_entities WHERE unit_id = ANY(:ids)"), {"ids": ids})
+        await conn.execute(text("DELETE FROM unit_entities WHERE bank_id = :bank AND unit_id = ANY(:ids)"),
+                           {"bank": bank_id, "ids": ids})
     names: dict[uuid.UUID, str] = {}
     # names differing only in case share an entity: dedupe; the pair keeps its memory's fact type
     pairs: dict[tuple[bytes, bytes], str] = {}
@@ -83,18 +84,19 @@ async def write_entities(
         text(
             "INSERT INTO entities (id, bank_id, canonical_name) "
             "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:banks AS text[]), CAST(:names AS text[])) "
-            "ON CONFLICT (id) DO NOTHING"
+            "ON CONFLICT ON CONSTRAINT entities_pkey DO NOTHING"
         ),
         {"ids": list(names), "banks": [bank_id] * len(names), "names": list(names.values())},
     )
     raw = await driver_connection(conn)
+    bank = bank_column(bank_id, len(pairs))
     for fact_type in sorted(set(pairs.values())):  # binary COPY text is fixed-width: one COPY per type
         ordered = sorted(pair for pair, ft in pairs.items() if ft == fact_type)
         encoded = fact_type.encode()
         await copy_columns(
-            raw, "COPY unit_entities (unit_id, entity_id, fact_type) FROM STDIN (FORMAT BINARY)",
+            raw, "COPY unit_entities (unit_id, entity_id, fact_type, bank_id) FROM STDIN (FORMAT BINARY)",
             [*(np.frombuffer(b"".join(p[i] for p in ordered), dtype="V16") for i in (0, 1)),
-             np.full(len(ordered), encoded, dtype=f"S{len(encoded)}")],
+             np.full(len(ordered), encoded, dtype=f"S{len(encoded)}"), bank[: len(ordered)]],
         )
 
 

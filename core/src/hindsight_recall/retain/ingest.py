@@ -71,8 +71,10 @@ _UNIT_COLUMNS = (
     "text_signals, token_count, ann, position"
 )
 _UPDATE = (
-    ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[1:])
-    + ", search_vector = excluded.search_vector, updated_at = now()"
+    # not the id or the bank: the id is derived from the bank, and Citus never moves a row's bank
+    ", ".join(f"{c} = excluded.{c}" for c in _UNIT_COLUMNS.split(", ")[2:])
+    # the time comes in with the row: Citus runs no function in an upsert's SET on the workers
+    + ", search_vector = excluded.search_vector, updated_at = excluded.updated_at"
 )
 
 
@@ -182,7 +184,9 @@ class Ingestor:
             table_rows = await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
-        if needs_maintenance(offset, float(table_rows or 0)):
+        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
+        # cluster: the workers' autovacuum looks after their shards instead.
+        if not self.db.citus and needs_maintenance(offset, float(table_rows or 0)):
             # What autovacuum would do within a minute of a bulk load, done before the first recall:
             # statistics for the keyword arm's term frequencies, and visibility maps, without which
             # the graph arm's index-only walks over entity pairs fetch every heap row.
@@ -287,10 +291,10 @@ class Ingestor:
         """Links of new rows in a bank that already had rows: the bank's other rows are read back."""
         await conn.execute(
             text(
-                "DELETE FROM memory_links WHERE (from_unit_id = ANY(:ids) AND link_type IN "
-                "('semantic', 'temporal', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by')"
+                "DELETE FROM memory_links WHERE bank_id = :bank AND ((from_unit_id = ANY(:ids) AND link_type IN "
+                "('semantic', 'temporal', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by'))"
             ),
-            {"ids": ids},
+            {"bank": bank_id, "ids": ids},
         )
         return [await semantic_links(conn, bank_id, ids, vectors, self.settings.semantic_link_min_similarity),
                 await temporal_links(conn, bank_id, ids, dates)]
@@ -319,21 +323,23 @@ class Ingestor:
                 await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i],
                                                      indexed, places[i]))
         # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
-        upsert = "" if fresh else f" ON CONFLICT (id) DO UPDATE SET {_UPDATE}"
+        upsert = "" if fresh else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
         await conn.execute(text(
-            f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector) "
+            f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector, updated_at) "
             f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
             f"occurred_start, occurred_end, mentioned_at, event_date, tags, metadata, document_id, chunk_id, "
             f"proof_count, source_memory_ids, text_signals, token_count, ann, position, "
-            f"{self.backend.write_expression('document')} "
+            f"{self.backend.write_expression('document')}, now() "
             f"FROM retain_stage{upsert}"
         ), self._backend_params)
         if not fresh:
             await conn.execute(text(
-                "DELETE FROM observation_sources WHERE observation_id IN (SELECT id FROM retain_stage)"
-            ))
+                "DELETE FROM observation_sources WHERE bank_id = :bank "
+                "AND observation_id IN (SELECT id FROM retain_stage)"
+            ), {"bank": bank_id})
         await conn.execute(text(
-            "INSERT INTO observation_sources (source_id, observation_id) SELECT DISTINCT s.source_id, r.id "
+            "INSERT INTO observation_sources (source_id, observation_id, bank_id) "
+            "SELECT DISTINCT s.source_id, r.id, r.bank_id "
             "FROM retain_stage r CROSS JOIN LATERAL unnest(r.source_memory_ids) AS s(source_id)"
         ))
         await conn.execute(text("TRUNCATE retain_stage"))
@@ -361,7 +367,7 @@ class Ingestor:
         computed: list[Links],
     ) -> int:
         """Semantic and temporal links by binary COPY (none exist from these rows now); causal by upsert."""
-        written = await copy_links(conn, computed)
+        written = await copy_links(conn, bank_id, computed)
         causal = causal_links(ids, [[unit_id(bank_id, c) for c in m.causes] for m in memories])
         if not causal:
             return written
@@ -374,10 +380,11 @@ class Ingestor:
             for link in causal:
                 await copy.write_row(link)
         await conn.execute(text(
-            "INSERT INTO memory_links SELECT DISTINCT ON (from_unit_id, to_unit_id, link_type) * FROM stage_links "
+            "INSERT INTO memory_links (from_unit_id, to_unit_id, link_type, weight, bank_id) "
+            "SELECT DISTINCT ON (from_unit_id, to_unit_id, link_type) *, CAST(:bank AS text) FROM stage_links "
             "ORDER BY from_unit_id, to_unit_id, link_type, weight DESC "
-            "ON CONFLICT (from_unit_id, to_unit_id, link_type) DO UPDATE SET weight = excluded.weight"
-        ))
+            "ON CONFLICT ON CONSTRAINT memory_links_pkey DO UPDATE SET weight = excluded.weight"
+        ), {"bank": bank_id})
         await conn.execute(text("TRUNCATE stage_links"))
         return written + len(causal)
 

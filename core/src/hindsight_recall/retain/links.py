@@ -18,7 +18,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..store._bincopy import copy_columns, driver_connection
+from ..store._bincopy import bank_column, copy_columns, driver_connection
 from ._knn import neighbours
 
 Link = tuple[uuid.UUID, uuid.UUID, str, float]
@@ -163,10 +163,11 @@ async def _semantic_by_index(
     A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default); they
     hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
     """
-    await conn.execute(text("SELECT set_config('hnsw.ef_search', :ef, true), "
-                            "set_config('hnsw.iterative_scan', 'strict_order', true)"),
-                       {"ef": str(SEMANTIC_NEIGHBOURS * 2)})
+    from ..recall.arms._ann import set_local  # late: retain rarely asks the index
     from ..types import FACT_TYPES
+
+    await conn.exec_driver_sql(set_local({"hnsw.ef_search": str(SEMANTIC_NEIGHBOURS * 2),
+                                          "hnsw.iterative_scan": "strict_order"}))
 
     # the fact type and `ann` are plain predicates so each lateral matches its partial index
     statement = text(
@@ -174,7 +175,8 @@ async def _semantic_by_index(
         "CROSS JOIN LATERAL (SELECT m.id, m.embedding <=> q.embedding AS distance FROM memory_units m "
         "WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND m.ann AND m.embedding IS NOT NULL "
         "ORDER BY m.embedding <=> q.embedding LIMIT :k) n "
-        "WHERE q.id = ANY(:ids) AND q.embedding IS NOT NULL AND n.id <> q.id AND 1 - n.distance >= :floor"
+        "WHERE q.bank_id = :bank AND q.id = ANY(:ids) AND q.embedding IS NOT NULL AND n.id <> q.id "
+        "AND 1 - n.distance >= :floor"
     )
     best: dict[uuid.UUID, list[tuple[float, uuid.UUID]]] = {}
     for i in range(0, len(ids), INDEX_BATCH):
@@ -238,12 +240,13 @@ def causal_links(ids: list[uuid.UUID], causes: Sequence[Sequence[uuid.UUID]]) ->
     return links
 
 
-async def copy_links(conn: AsyncConnection, batches: Sequence[Links]) -> int:
+async def copy_links(conn: AsyncConnection, bank_id: str, batches: Sequence[Links]) -> int:
     """Write links with one binary COPY into ``memory_links``; the caller ensures none exists yet.
 
     Rows go in source order: the two indexes that lead with ``from_unit_id`` then fill page by page.
 
     :param conn: the retain transaction.
+    :param bank_id: the bank of both ends of every link.
     :param batches: the links, one :class:`Links` per type.
     """
     batches = [b for b in batches if len(b)]
@@ -251,15 +254,15 @@ async def copy_links(conn: AsyncConnection, batches: Sequence[Links]) -> int:
         return 0
     width = {len(b.link_type.encode()) for b in batches}
     if len(width) > 1:  # a text column of the binary records has one byte length: one COPY per length
-        return sum([await copy_links(conn, [b]) for b in batches])
+        return sum([await copy_links(conn, bank_id, [b]) for b in batches])
     sources = np.concatenate([b.sources for b in batches])
     order = np.argsort(sources.view("S16"), kind="stable")
     kind = f"S{width.pop()}"
     types = np.concatenate([np.full(len(b), b.link_type.encode(), dtype=kind) for b in batches])
     columns = [sources[order], np.concatenate([b.targets for b in batches])[order], types[order],
-               np.concatenate([b.weights for b in batches]).astype(">f8")[order]]
+               np.concatenate([b.weights for b in batches]).astype(">f8")[order], bank_column(bank_id, len(order))]
     raw = await driver_connection(conn)
     return await copy_columns(
-        raw, "COPY memory_links (from_unit_id, to_unit_id, link_type, weight) FROM STDIN (FORMAT BINARY)",
+        raw, "COPY memory_links (from_unit_id, to_unit_id, link_type, weight, bank_id) FROM STDIN (FORMAT BINARY)",
         columns,
     )

@@ -40,6 +40,12 @@ def encode(columns: Sequence[np.ndarray], start: int = 0, stop: int | None = Non
     return block.tobytes()
 
 
+def bank_column(bank_id: str, rows: int) -> np.ndarray:
+    """A text column holding ``bank_id`` on every row (the bank key of rows written by COPY)."""
+    encoded = bank_id.encode("utf-8", "surrogatepass")
+    return np.full(rows, encoded, dtype=f"S{len(encoded)}")
+
+
 async def driver_connection(conn: Any) -> Any:
     """The psycopg connection under a SQLAlchemy ``AsyncConnection``, for COPY and binary reads."""
     return (await conn.get_raw_connection()).driver_connection

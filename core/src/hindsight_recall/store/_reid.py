@@ -44,14 +44,15 @@ async def _reid_units(conn: AsyncConnection, mapping: list[tuple[Any, Any]]) -> 
     await conn.execute(text(
         "INSERT INTO reid_units SELECT * FROM unnest(CAST(:old AS uuid[]), CAST(:new AS uuid[]))"
     ), {"old": [m[0] for m in mapping], "new": [m[1] for m in mapping]})
-    # unit_entities references memory_units without ON UPDATE: move the pairs out and back
+    # unit_entities references memory_units without ON UPDATE: move the pairs out and back (whole rows:
+    # a store keyed by bank has one more column than the version-7 store this first ran on)
     for statement in (
-        "CREATE TEMP TABLE reid_pairs ON COMMIT DROP AS SELECT m.new AS unit_id, ue.entity_id, ue.fact_type "
+        "CREATE TEMP TABLE reid_pairs ON COMMIT DROP AS SELECT ue.* "
         "FROM unit_entities ue JOIN reid_units m ON ue.unit_id = m.old",
+        "UPDATE reid_pairs p SET unit_id = m.new FROM reid_units m WHERE p.unit_id = m.old",
         "DELETE FROM unit_entities ue USING reid_units m WHERE ue.unit_id = m.old",
         "UPDATE memory_units u SET id = m.new FROM reid_units m WHERE u.id = m.old",
-        "INSERT INTO unit_entities (unit_id, entity_id, fact_type) "
-        "SELECT unit_id, entity_id, fact_type FROM reid_pairs",
+        "INSERT INTO unit_entities SELECT * FROM reid_pairs",
         "UPDATE memory_links l SET from_unit_id = m.new FROM reid_units m WHERE l.from_unit_id = m.old",
         "UPDATE memory_links l SET to_unit_id = m.new FROM reid_units m WHERE l.to_unit_id = m.old",
         "UPDATE observation_sources o SET source_id = m.new FROM reid_units m WHERE o.source_id = m.old",
@@ -76,9 +77,12 @@ async def _reid_entities(conn: AsyncConnection, mapping: list[tuple[str, Any, An
     for statement in (
         "INSERT INTO entities (id, bank_id, canonical_name) SELECT DISTINCT ON (new) new, bank_id, name "
         "FROM reid_entities ORDER BY new, name ON CONFLICT (id) DO NOTHING",
-        "INSERT INTO unit_entities (unit_id, entity_id, fact_type) SELECT ue.unit_id, r.new, ue.fact_type "
+        "CREATE TEMP TABLE reid_moved ON COMMIT DROP AS SELECT ue.*, r.new AS new_entity "
         "FROM unit_entities ue JOIN memory_units u ON u.id = ue.unit_id "
-        "JOIN reid_entities r ON r.old = ue.entity_id AND r.bank_id = u.bank_id ON CONFLICT DO NOTHING",
+        "JOIN reid_entities r ON r.old = ue.entity_id AND r.bank_id = u.bank_id",
+        "UPDATE reid_moved SET entity_id = new_entity",
+        "ALTER TABLE reid_moved DROP COLUMN new_entity",
+        "INSERT INTO unit_entities SELECT * FROM reid_moved ON CONFLICT DO NOTHING",
         "DELETE FROM unit_entities ue USING memory_units u, reid_entities r "
         "WHERE u.id = ue.unit_id AND r.old = ue.entity_id AND r.bank_id = u.bank_id",
         "DELETE FROM entities e WHERE e.id IN (SELECT old FROM reid_entities) "

@@ -120,11 +120,8 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     )
     if internal_id is None:
         return False
-    for table, column in (("memory_links", "from_unit_id"), ("memory_links", "to_unit_id"),
-                          ("observation_sources", "observation_id")):
-        await conn.execute(text(
-            f"DELETE FROM {table} d USING memory_units u WHERE u.bank_id = :bank AND d.{column} = u.id"
-        ), {"bank": bank_id})
+    for table in ("memory_links", "observation_sources"):
+        await conn.execute(text(f"DELETE FROM {table} WHERE bank_id = :bank"), {"bank": bank_id})
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
     return True
 
@@ -152,8 +149,7 @@ async def bank_stats(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | No
         "SELECT (SELECT count(*) FROM entities WHERE bank_id = :bank) AS entities, "
         "(SELECT count(*) FROM chunks WHERE bank_id = :bank) AS chunks, "
         "(SELECT count(DISTINCT document_id) FROM memory_units WHERE bank_id = :bank) AS documents, "
-        "(SELECT count(*) FROM memory_links l JOIN memory_units u ON u.id = l.from_unit_id "
-        "WHERE u.bank_id = :bank) AS links"
+        "(SELECT count(*) FROM memory_links WHERE bank_id = :bank) AS links"
     ), params)).one()
     return {
         "bank_id": bank_id, "created_at": bank.created_at.isoformat(), "memories": sum(by_type.values()),
@@ -179,25 +175,27 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
         return 0
     params = {"bank": bank_id, "ids": ids}
     entity_ids = list((await conn.execute(text(
-        "SELECT DISTINCT entity_id FROM unit_entities WHERE unit_id = ANY(:ids)"), params)).scalars())
+        "SELECT DISTINCT entity_id FROM unit_entities WHERE bank_id = :bank AND unit_id = ANY(:ids)"
+    ), params)).scalars())
     for statement in (  # links and observation sources carry no foreign keys; each column has its index
-        "DELETE FROM memory_links WHERE from_unit_id = ANY(:ids)",
-        "DELETE FROM memory_links WHERE to_unit_id = ANY(:ids)",
-        "DELETE FROM observation_sources WHERE observation_id = ANY(:ids)",
-        "DELETE FROM observation_sources WHERE source_id = ANY(:ids)",
+        "DELETE FROM memory_links WHERE bank_id = :bank AND from_unit_id = ANY(:ids)",
+        "DELETE FROM memory_links WHERE bank_id = :bank AND to_unit_id = ANY(:ids)",
+        "DELETE FROM observation_sources WHERE bank_id = :bank AND observation_id = ANY(:ids)",
+        "DELETE FROM observation_sources WHERE bank_id = :bank AND source_id = ANY(:ids)",
         "UPDATE memory_units SET source_memory_ids = nullif(ARRAY(SELECT s FROM unnest(source_memory_ids) AS s "
         "WHERE s <> ALL(CAST(:ids AS uuid[]))), '{}'), updated_at = now() "
         "WHERE bank_id = :bank AND source_memory_ids && CAST(:ids AS uuid[])",
     ):
         await conn.execute(text(statement), params)
     chunk_ids = [c for c in (await conn.execute(text(
-        "DELETE FROM memory_units WHERE id = ANY(:ids) RETURNING chunk_id"), params)).scalars() if c]
+        "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id"
+    ), params)).scalars() if c]
     await conn.execute(text(
         "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.chunk_id = ANY(:chunks) "
         "AND NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND u.chunk_id = c.chunk_id)"
     ), {"bank": bank_id, "chunks": sorted(set(chunk_ids))})
     await conn.execute(text(
         "DELETE FROM entities e WHERE e.bank_id = :bank AND e.id = ANY(:eids) "
-        "AND NOT EXISTS (SELECT 1 FROM unit_entities ue WHERE ue.entity_id = e.id)"
+        "AND NOT EXISTS (SELECT 1 FROM unit_entities ue WHERE ue.bank_id = :bank AND ue.entity_id = e.id)"
     ), {"bank": bank_id, "eids": entity_ids})
     return len(ids)

@@ -124,6 +124,8 @@ class Database:
         self.direct: AsyncEngine | None = None
         self.embedded = settings.database_url is None
         self.url = ""
+        #: the server is a Citus coordinator (the database has the ``citus`` extension)
+        self.citus = False
 
     async def open(self) -> None:
         s = self.settings
@@ -164,13 +166,18 @@ class Database:
             event.listen(self.engine.sync_engine, "checkout", setup)
         try:
             async with self.engine.connect() as conn:
-                await conn.exec_driver_sql("SELECT 1")
+                self.citus = bool(await conn.scalar(text(
+                    "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
         except Exception as exc:
             await self.close()
             raise DatabaseError(
                 f"cannot connect to PostgreSQL: {db_message(exc)}. Check HINDSIGHT_API_DATABASE_URL "
                 "(unset it to use the embedded server)."
             ) from None
+        if self.citus:
+            # Workers see the transaction's SET LOCAL settings (the arms' hnsw.* settings) only so.
+            self.session_statements.append("SET citus.propagate_set_commands = local")
+            await self.engine.dispose()  # the probing connection was set up without it
         if s.database_schema != "public":
             try:
                 await self._create_schema(s.database_schema)

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
+from .citus import distribute, has_citus, key_by_bank
 
 if TYPE_CHECKING:
     from .db import Database
@@ -356,7 +357,8 @@ class Upgrade:
 
 
 async def migrate(db: Database, dimensions: int, backend: TextSearchBackend) -> None:
-    """Bring the schema up to date, idempotently and safely under concurrent start-ups.
+    """Bring the schema up to date, idempotently and safely under concurrent start-ups; on a Citus
+    coordinator, distribute the tables by bank (see :mod:`.citus`).
 
     Each version's DDL runs in its own short transaction. On a populated database its row work
     (:data:`ROW_MIGRATIONS`) follows in batches, without a statement timeout, and the new indexes
@@ -397,8 +399,11 @@ async def migrate(db: Database, dimensions: int, backend: TextSearchBackend) -> 
                     await _record(upgrade.conn, version)
                 log.warning("schema versions %s are in place after %.1f s", online, time.perf_counter() - started)
         async with db.connect() as conn:
+            await key_by_bank(conn)
             await _check_dimensions(conn, dimensions)
             await _install_text_search(conn, backend)
+            if await has_citus(conn):
+                await distribute(conn)
 
 
 def _check_version(done: set[int]) -> None:

@@ -131,6 +131,22 @@ class TextSearchBackendSuite:
 
         hr_run(reopen())
 
+    def test_citus_compatible_holds_on_citus(self, hr_engine: Any, hr_run: Run, hr_bank: str) -> None:
+        """On a Citus coordinator, the backend's declaration is checked: the engine started with it (it
+        refuses a backend declared not compatible), and a retain and a keyword recall run on the bank's
+        shard only (every statement planned with one task, no worker command on another bank's shard)."""
+        declared = hr_engine.text_search.citus_compatible
+        if not hr_engine.db.citus:
+            pytest.skip(f"{self.backend_name!r} declares citus_compatible = {declared}; checked when the suite "
+                        "runs on a Citus coordinator (nox -s 'tests(citus)')")
+        from .citus import check_routed  # late: only a Citus run needs it
+
+        assert declared, "the engine started on Citus with a backend not declared citus_compatible"
+        hr_run(check_routed(hr_engine, hr_bank, hr_engine.retain(hr_bank, RANKING), "retain"))
+        body, _ = hr_run(check_routed(hr_engine, hr_bank, hr_engine.recall(
+            hr_bank, "solar panel installation", trace=True), "recall"))
+        assert body["results"], "the recall found nothing on Citus"
+
     def test_ingestion_writes_the_search_column(self, hr_engine: Any, hr_run: Run, hr_bank: str) -> None:
         """Retaining fills ``search_vector`` on every row, for backends that index that column."""
         if not hr_engine.text_search.writes_search_vector:

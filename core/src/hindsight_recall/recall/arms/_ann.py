@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...settings import Settings
 
 log = logging.getLogger(__name__)
+
+#: what a setting's name and value may hold: they are inlined, as SET takes no parameters
+_PLAIN = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
+def set_local(wanted: Mapping[str, str]) -> str:
+    """``SET LOCAL`` statements for the settings, in one string (one round trip).
+
+    ``SET LOCAL`` rather than ``set_config``: Citus passes ``SET LOCAL`` on to the workers that run
+    the transaction's statements (``citus.propagate_set_commands = local``), and a function call not.
+
+    :raises ValueError: a name or value that is not a plain word or number.
+    """
+    for name, value in wanted.items():
+        if not (_PLAIN.match(name) and _PLAIN.match(value)):
+            raise ValueError(f"not a plain setting: {name}={value!r}")
+    return "; ".join(f"SET LOCAL {name} = '{value}'" for name, value in wanted.items())
 
 
 def hnsw_settings(ef_search: int, settings: Settings) -> dict[str, str]:
@@ -23,7 +40,7 @@ def hnsw_settings(ef_search: int, settings: Settings) -> dict[str, str]:
 
 
 class AnnSettings:
-    """Sends ``hnsw.*`` settings with ``set_config(…, true)``; settings the server rejects are dropped.
+    """Sends ``hnsw.*`` settings with ``SET LOCAL``; settings the server rejects are dropped.
 
     pgvector before 0.8 has no iterative scans and rejects their settings. Until every wanted
     setting has been accepted once, each goes in its own savepoint, so a rejected one never aborts
@@ -41,15 +58,12 @@ class AnnSettings:
         if not names:
             return
         if self._accepted.issuperset(names):
-            calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
-            params = {k: v for i, n in enumerate(names) for k, v in ((f"n{i}", n), (f"v{i}", wanted[n]))}
-            await conn.execute(text(f"SELECT {calls}"), params)
+            await conn.exec_driver_sql(set_local({n: wanted[n] for n in names}))
             return
         for name in names:
-            one = {"n": name, "v": wanted[name]}
             try:
                 async with conn.begin_nested():
-                    await conn.execute(text("SELECT set_config(:n, :v, true)"), one)
+                    await conn.exec_driver_sql(set_local({name: wanted[name]}))
             except Exception as exc:  # an older pgvector: remember, and never abort the query
                 log.warning("the server rejects %s (%s); not sending it again", name, exc)
                 self.unsupported.add(name)

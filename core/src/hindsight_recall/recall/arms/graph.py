@@ -137,11 +137,11 @@ def expansion_sql(
         f"ORDER BY {DISTANCE} LIMIT :seed_limit)",
         "semantic_hits AS (SELECT cand_id, max(weight) AS w FROM ("
         "SELECT l.to_unit_id AS cand_id, l.weight FROM memory_links l "
-        "JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.link_type = 'semantic' UNION ALL "
-        "SELECT l.from_unit_id, l.weight FROM memory_links l JOIN seeds ON l.to_unit_id = seeds.seed_id "
-        "WHERE l.link_type = 'semantic') s GROUP BY cand_id)",
+        "JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.bank_id = :bank_id AND l.link_type = 'semantic' "
+        "UNION ALL SELECT l.from_unit_id, l.weight FROM memory_links l JOIN seeds ON l.to_unit_id = seeds.seed_id "
+        "WHERE l.bank_id = :bank_id AND l.link_type = 'semantic') s GROUP BY cand_id)",
         "causal_hits AS (SELECT l.to_unit_id AS cand_id, max(l.weight) AS w FROM memory_links l "
-        f"JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.link_type IN {CAUSAL_TYPES} "
+        f"JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.bank_id = :bank_id AND l.link_type IN {CAUSAL_TYPES} "
         "GROUP BY l.to_unit_id)",
     ]
     # ``admits``: a semantic link alone brings in no candidate (see the module docstring)
@@ -168,14 +168,15 @@ def expansion_sql(
 def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[str]:
     """CTEs ending in ``entity_hits(cand_id, shared)``: the entity part, direct or via sources."""
     if fact_type != "observation":
-        origin = "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN seeds ON ue.unit_id = seeds.seed_id"
+        origin = ("SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN seeds ON ue.unit_id = seeds.seed_id "
+                  "WHERE ue.bank_id = :bank_id")
         # the tag filter goes inside the per-entity cap, so invisible rows never use it up
         reach_type = f"ue.fact_type = '{fact_type}' AND ue.unit_id NOT IN (SELECT seed_id FROM seeds)"
         reach_filter, population = tag_sql, where
     else:
         origin = (
             "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN (SELECT DISTINCT unnest(seed_sources) "
-            "AS source_id FROM seeds) ss ON ue.unit_id = ss.source_id"
+            "AS source_id FROM seeds) ss ON ue.unit_id = ss.source_id WHERE ue.bank_id = :bank_id"
         )
         # source memories are hops, not answers: only the bank bounds them; the filter applies to
         # the observations reached
@@ -183,13 +184,14 @@ def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[
         population = "bank_id = :bank_id AND fact_type <> 'observation'"
     # An entity belongs to one bank and its pairs carry their fact type: memory_units is needed
     # only to apply a tag filter.
-    join = "" if reach_filter == "TRUE" else "JOIN memory_units ON memory_units.id = ue.unit_id "
+    join = ("" if reach_filter == "TRUE" else
+            "JOIN memory_units ON memory_units.bank_id = :bank_id AND memory_units.id = ue.unit_id ")
     kept = "count(*) <= :per_entity AND count(*) <= :fraction * (SELECT n FROM visible)" if guard else "TRUE"
     ctes = [
         f"origin_entities AS ({origin})",
         "entity_reach AS (SELECT oe.entity_id, r.unit_id FROM origin_entities oe CROSS JOIN LATERAL ("
         f"SELECT ue.unit_id FROM unit_entities ue {join}"
-        f"WHERE ue.entity_id = oe.entity_id AND {reach_type} AND {reach_filter} "
+        f"WHERE ue.bank_id = :bank_id AND ue.entity_id = oe.entity_id AND {reach_type} AND {reach_filter} "
         "ORDER BY ue.unit_id DESC LIMIT :entity_fetch) r)",
         "visible AS (SELECT count(*) AS n FROM "
         f"(SELECT 1 FROM memory_units WHERE {population} LIMIT :visible_cap) v)",
@@ -204,7 +206,7 @@ def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[
         ctes.append(
             "entity_hits AS (SELECT os.observation_id AS cand_id, count(DISTINCT os.source_id) AS shared "
             "FROM (SELECT DISTINCT unit_id FROM reached) rs "
-            "JOIN observation_sources os ON os.source_id = rs.unit_id "
+            "JOIN observation_sources os ON os.bank_id = :bank_id AND os.source_id = rs.unit_id "
             "JOIN memory_units o ON o.id = os.observation_id "
             "WHERE o.bank_id = :bank_id AND o.fact_type = 'observation' GROUP BY os.observation_id)"
         )

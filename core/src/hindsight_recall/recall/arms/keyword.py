@@ -56,7 +56,8 @@ def _one_pass_sql(arm_sql: Any, ctx: RetrievalContext) -> str:
         "(PARTITION BY fact_type ORDER BY bm25_score DESC, id) AS rn FROM matched) "
         # OFFSET 0 keeps each lookup a primary-key probe: as a join, the planner hashed the whole table
         f"SELECT kept.*, ranked.bm25_score FROM ranked CROSS JOIN LATERAL ("
-        f"SELECT {COLUMNS} FROM memory_units WHERE memory_units.id = ranked.id OFFSET 0) kept "
+        f"SELECT {COLUMNS} FROM memory_units WHERE memory_units.bank_id = :bank_id AND memory_units.id = ranked.id "
+        "OFFSET 0) kept "
         "WHERE ranked.rn <= :per_type ORDER BY ranked.rn"
     )
 

@@ -1,0 +1,144 @@
+"""Citus: every bank on one shard.
+
+Two idempotent steps run after the numbered migrations:
+
+- :func:`key_by_bank` (every database): the tables that join memories (entity pairs, links, observation
+  sources) carry their bank, so each statement can name the bank of every table it reads.
+- :func:`distribute` (only when the database has the ``citus`` extension): every bank-keyed table is
+  distributed by ``bank_id`` in one colocation group, so all of a bank's rows live on one shard and a
+  statement that names its bank runs on one worker; the two small bookkeeping tables become reference
+  tables. Keys and foreign keys gain ``bank_id`` (Citus needs the distribution column in each). On a
+  database that already holds memories, ``create_distributed_table`` moves the rows onto the shards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..errors import ConfigError
+from ..protocols import TextSearchBackend
+
+#: join tables that gain a bank column, with the column naming the memory each row belongs to
+BANK_KEYED_JOINS = (
+    ("unit_entities", "unit_id"),
+    ("memory_links", "from_unit_id"),
+    ("observation_sources", "observation_id"),
+)
+#: distributed by bank_id, in this order (the first one anchors the colocation group)
+DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources")
+#: small global tables, copied to every node
+REFERENCE = ("hindsight_meta", "hindsight_migrations")
+#: table -> its primary key on Citus (the bank column is part of every key)
+_KEYS = {
+    "memory_units": "id, bank_id",
+    "entities": "id, bank_id",
+    "unit_entities": "unit_id, entity_id, bank_id",
+    "memory_links": "from_unit_id, to_unit_id, link_type, bank_id",
+    "observation_sources": "source_id, observation_id, bank_id",
+}
+#: (table, constraint, definition) of every foreign key, as it is on Citus
+_FOREIGN_KEYS = (
+    ("memory_units", "memory_units_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
+    ("entities", "entities_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
+    ("chunks", "chunks_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
+    ("unit_entities", "unit_entities_unit_id_fkey",
+     "(unit_id, bank_id) REFERENCES memory_units (id, bank_id) ON DELETE CASCADE"),
+    ("unit_entities", "unit_entities_entity_id_fkey",
+     "(entity_id, bank_id) REFERENCES entities (id, bank_id) ON DELETE CASCADE"),
+)
+
+
+async def key_by_bank(conn: AsyncConnection) -> None:
+    """Give the join tables a ``bank_id`` column, filled from their memories (once; cheap after).
+
+    Rows whose memory is gone (links carry no foreign keys) belong to no bank and are dropped.
+
+    :param conn: the migration transaction.
+    """
+    for table, column in BANK_KEYED_JOINS:
+        if await _has_column(conn, table, "bank_id"):
+            continue
+        await conn.execute(text(f"ALTER TABLE {table} ADD COLUMN bank_id text"))
+        await conn.execute(text(
+            f"UPDATE {table} t SET bank_id = u.bank_id FROM memory_units u WHERE u.id = t.{column}"
+        ))
+        await conn.execute(text(f"DELETE FROM {table} WHERE bank_id IS NULL"))
+        await conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN bank_id SET NOT NULL"))
+
+
+async def has_citus(conn: AsyncConnection) -> bool:
+    """Whether the database has the ``citus`` extension (the engine is then talking to a coordinator)."""
+    return bool(await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
+
+
+def compatible_backends(plugins: Any) -> list[str]:
+    """The installed text-search backends that declare ``citus_compatible``.
+
+    :param plugins: the engine's plugin manager.
+    """
+    names: list[str] = plugins.names("text_search")
+    return [n for n in names if getattr(plugins.get("text_search", n), "citus_compatible", False)]
+
+
+def check_backend(backend: TextSearchBackend, compatible: Sequence[str]) -> None:
+    """Refuse a text-search backend that cannot run on Citus, naming the ones that can.
+
+    :param backend: the selected backend.
+    :param compatible: names of the installed backends that declare ``citus_compatible``.
+    """
+    if not getattr(backend, "citus_compatible", False):
+        raise ConfigError(
+            f"HINDSIGHT_API_TEXT_SEARCH_EXTENSION={backend.name!r} cannot run on Citus (this database has the "
+            f"citus extension); choose a Citus-compatible backend: {', '.join(sorted(compatible)) or 'none installed'}"
+        )
+
+
+async def distribute(conn: AsyncConnection) -> bool:
+    """Distribute every bank-keyed table by ``bank_id`` (colocated) and make the bookkeeping tables
+    reference tables; a no-op for tables Citus already manages. True when anything was distributed.
+
+    :param conn: the migration transaction, on the coordinator.
+    """
+    done = set((await conn.execute(text(
+        "SELECT logicalrelid::regclass::text FROM pg_dist_partition "
+        "WHERE logicalrelid = ANY(CAST(:names AS regclass[]))"
+    ), {"names": [*DISTRIBUTED, *REFERENCE]})).scalars())
+    for table in REFERENCE:
+        if table not in done:
+            await conn.execute(text("SELECT create_reference_table(:t)"), {"t": table})
+    pending = [t for t in DISTRIBUTED if t not in done]
+    if not pending:
+        return False
+    # Citus needs the distribution column in every key and foreign key: drop the foreign keys, widen
+    # the keys, distribute, and put the foreign keys back with the bank in them.
+    for table, name, _ in _FOREIGN_KEYS:
+        if table in pending:
+            await conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}"))
+    if "banks" in pending:
+        await conn.execute(text("ALTER TABLE banks DROP CONSTRAINT IF EXISTS banks_internal_id_key"))
+        await conn.execute(text("ALTER TABLE banks ADD CONSTRAINT banks_internal_id_key UNIQUE (internal_id, bank_id)"))
+    for table, key in _KEYS.items():
+        if table in pending:
+            await conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey"))
+            await conn.execute(text(f"ALTER TABLE {table} ADD CONSTRAINT {table}_pkey PRIMARY KEY ({key})"))
+    for table in pending:
+        colocate = "none" if table == DISTRIBUTED[0] else DISTRIBUTED[0]
+        await conn.execute(text("SELECT create_distributed_table(:t, 'bank_id', colocate_with => :c)"),
+                           {"t": table, "c": colocate})
+        await conn.execute(text("SELECT truncate_local_data_after_distributing_table(:t)"), {"t": table})
+    for table, name, definition in _FOREIGN_KEYS:
+        if table in pending or definition.split("REFERENCES ")[1].split(" ")[0] in pending:
+            await conn.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}"))
+            await conn.execute(text(f"ALTER TABLE {table} ADD CONSTRAINT {name} FOREIGN KEY {definition}"))
+    return True
+
+
+async def _has_column(conn: AsyncConnection, table: str, column: str) -> bool:
+    return bool(await conn.scalar(text(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = CAST(:t AS regclass) AND attname = :c "
+        "AND NOT attisdropped)"
+    ), {"t": table, "c": column}))

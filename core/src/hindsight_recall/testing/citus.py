@@ -1,0 +1,172 @@
+"""Checks that a call on a Citus coordinator stays on its bank's shard, for tests and the compliance suite.
+
+:func:`check_routed` runs a call while recording every statement the engine sends (SQLAlchemy's and the
+raw psycopg ones, COPY included) and every command the coordinator passes on to the workers. It then
+plans each statement again with ``EXPLAIN`` and the same parameters and fails when a plan has more
+than one task (it would run on every shard), and fails when a worker ran a command on a shard that
+does not hold the bank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+
+T = TypeVar("T")
+
+_TASKS = re.compile(r"Task Count: (\d+)")
+_EXPLAINABLE = ("SELECT", "WITH", "INSERT", "UPDATE", "DELETE")
+#: the session's staging tables (temporary, on the coordinator)
+_STAGING = ("retain_stage", "stage_links")
+
+
+def driver_url(engine: Any) -> str:
+    """The engine's database URL in libpq form."""
+    from ..store.db import sqlalchemy_url
+
+    return sqlalchemy_url(engine.db.url).replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@dataclass
+class Statements:
+    """Every statement the engine sent while recording, with its parameters (COPY included)."""
+
+    sent: list[tuple[str, Any]] = field(default_factory=list)
+    #: the commands the coordinator sent on to the workers meanwhile (``citus.log_remote_commands``)
+    remote: list[str] = field(default_factory=list)
+    watched: set[int] = field(default_factory=set)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Statements]:
+    """Record what every psycopg cursor executes or copies (SQLAlchemy's and the raw ones), and what
+    the coordinator sends on to the workers for it (on connections first used while recording)."""
+    record = Statements()
+    execute, copy = psycopg.AsyncCursor.execute, psycopg.AsyncCursor.copy
+
+    async def recorded_execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if id(self.connection) not in record.watched:
+            record.watched.add(id(self.connection))
+            self.connection.add_notice_handler(lambda d: record.remote.append(d.message_primary or ""))
+            await execute(self, "SET citus.log_remote_commands = on")
+        record.sent.append((str(query), params))
+        return await execute(self, query, params, **kw)
+
+    def recorded_copy(self: Any, statement: Any, params: Any = None, **kw: Any) -> Any:
+        record.sent.append((str(statement), params))
+        return copy(self, statement, params, **kw)
+
+    psycopg.AsyncCursor.execute = recorded_execute  # type: ignore[method-assign]
+    psycopg.AsyncCursor.copy = recorded_copy  # type: ignore[method-assign]
+    try:
+        yield record
+    finally:
+        psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
+        psycopg.AsyncCursor.copy = copy  # type: ignore[method-assign]
+
+
+@dataclass
+class Verdict:
+    """How each recorded statement runs on the cluster."""
+
+    #: statements whose plan has a task count above one: (statement, plan)
+    fan_out: list[tuple[str, str]] = field(default_factory=list)
+    #: statements planned with a single task
+    routed: list[str] = field(default_factory=list)
+    #: INSERT ... SELECT from the session's staging table: the rows go to the shards their bank_id names
+    pulled: list[str] = field(default_factory=list)
+    #: statements with no distributed table (settings, locks, catalog reads, staging tables)
+    local: list[str] = field(default_factory=list)
+    #: COPY into a distributed table (each row goes to the shard its bank_id names)
+    copied: list[str] = field(default_factory=list)
+
+
+#: a shard's name: its table's and the shard id (six digits or more; not an alias such as memory_units_1)
+_SHARD = re.compile(
+    r"\b(?:banks|memory_units|entities|chunks|unit_entities|memory_links|observation_sources)_(\d{6,})\b")
+
+
+async def foreign_shards(url: str, bank_id: str, remote: list[str]) -> list[str]:
+    """The worker commands that name a shard not holding ``bank_id`` (executed, not planned)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        rows = await (await conn.execute(
+            "SELECT get_shard_id_for_distribution_column(logicalrelid, CAST(%s AS text)) FROM pg_dist_partition "
+            "WHERE partmethod = 'h'", (bank_id,))).fetchall()
+    mine = {r[0] for r in rows}
+    return [c for c in remote if {int(n) for n in _SHARD.findall(c)} - mine]
+
+
+def first_word(statement: str) -> str:
+    """The statement's first keyword, upper-cased (``SELECT`` for a parenthesised union)."""
+    return statement.lstrip(" (").split(None, 1)[0].upper() if statement.strip() else ""
+
+
+async def explain_all(url: str, schema: str, statements: list[tuple[str, Any]]) -> Verdict:
+    """``EXPLAIN`` every statement with its parameters on a connection set up as the engine's are.
+
+    Temporary staging tables the engine created are created here too, so statements reading them plan.
+    """
+    verdict = Verdict()
+    options = f'-c search_path="{schema}",public -c plan_cache_mode=force_custom_plan'
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, options=options) as conn:
+        for statement, params in statements:
+            word = first_word(statement)
+            if word == "CREATE" and " TEMP " in statement.upper():
+                await conn.execute(statement)
+                continue
+            if word == "COPY":
+                target = statement.split()[1]
+                if target in _STAGING:
+                    verdict.local.append(statement)
+                else:
+                    assert "bank_id" in statement, f"COPY into a distributed table without its bank_id: {statement}"
+                    verdict.copied.append(statement)
+                continue
+            if word not in _EXPLAINABLE:
+                verdict.local.append(statement)
+                continue
+            rows = await (await conn.execute(f"EXPLAIN {statement}", params)).fetchall()
+            plan = "\n".join(r[0] for r in rows)
+            tasks = [int(n) for n in _TASKS.findall(plan)]
+            if any(n > 1 for n in tasks) or "repartition" in plan:
+                verdict.fan_out.append((statement, plan))
+            elif tasks:
+                verdict.routed.append(statement)
+            elif "pull to coordinator" in plan:
+                verdict.pulled.append(statement)
+            else:
+                verdict.local.append(statement)
+    return verdict
+
+
+async def check_routed(engine: Any, bank_id: str, call: Awaitable[T], what: str) -> tuple[T, Verdict]:
+    """Run ``call``; fail if one of its statements plans, or one of its worker commands ran, off the
+    shards that hold ``bank_id``.
+
+    :param engine: an open engine on a Citus coordinator.
+    :param bank_id: the one bank the call is about.
+    :param call: the call, not yet awaited (e.g. ``engine.recall(bank, "...")``).
+    :param what: names the call in failure messages.
+    :raises AssertionError: naming the first statement that would run on more than one shard (with
+        its plan), or the first worker command on another bank's shard.
+    """
+    with recording() as record:
+        result = await call
+    url = driver_url(engine)
+    verdict = await explain_all(url, engine.settings.database_schema, record.sent)
+    if verdict.fan_out:
+        statement, plan = verdict.fan_out[0]
+        raise AssertionError(f"{what}: {len(verdict.fan_out)} statement(s) run on more than one shard; the "
+                             f"first:\n{statement}\n--- plan ---\n{plan}")
+    # what ran, too: INSERT ... SELECT from a staging table and COPY plan no task; their rows find their shard
+    elsewhere = await foreign_shards(url, bank_id, record.remote)
+    if elsewhere:
+        raise AssertionError(f"{what}: a worker ran a command on another bank's shard: {elsewhere[0]}")
+    if not any(_SHARD.search(c) for c in record.remote):
+        raise AssertionError(f"{what}: no command reached a shard")
+    return result, verdict

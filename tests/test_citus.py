@@ -1,0 +1,307 @@
+"""Citus: the engine on a coordinator and two workers.
+
+- Every statement a single-bank call sends runs on one shard: each call's statements are recorded as
+  the engine sends them and planned again with ``EXPLAIN`` and the same parameters; one that would run
+  on more than one shard (``Task Count`` above 1) fails the test with its text and plan.
+- A single-server store is distributed with its rows, and recalls as before.
+- Backends: one not declared ``citus_compatible`` is refused at start; the compliance suite runs for
+  every installed backend that declares it (and checks the declaration on the cluster).
+- Growing the cluster: one more worker and a rebalance while other banks retain and recall.
+
+Without a coordinator (``HINDSIGHT_TEST_DATABASE_URL`` pointing at one, as ``nox -s 'tests(citus)'`` sets
+it) these tests skip; under ``tests(citus)`` (``HINDSIGHT_TEST_CITUS=1``) they fail instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+import pytest
+from hindsight_recall import Engine
+from hindsight_recall.errors import ConfigError
+from hindsight_recall.plugins import get_plugin_manager
+from hindsight_recall.retain import links
+from hindsight_recall.settings import Settings
+from hindsight_recall.store import banks, schema
+from hindsight_recall.store.citus import compatible_backends
+from hindsight_recall.testing import TextSearchBackendSuite
+from hindsight_recall.testing.citus import check_routed, driver_url, explain_all, first_word, recording
+from hindsight_recall_native import NativeBackend
+
+#: set by tests(citus): a missing cluster fails the run instead of skipping
+REQUIRED_ENV = "HINDSIGHT_TEST_CITUS"
+
+
+def require_citus(engine: Any) -> None:
+    """Skip (or fail, under tests(citus)) unless the engine talks to a Citus coordinator."""
+    if engine.db.citus:
+        return
+    reason = ("needs a Citus coordinator: run `nox -s 'tests(citus)'`, or point HINDSIGHT_TEST_DATABASE_URL "
+              "at one")
+    if os.environ.get(REQUIRED_ENV, "") not in ("", "0"):
+        pytest.fail(f"{reason} ({REQUIRED_ENV} is set)", pytrace=False)
+    pytest.skip(reason)
+
+
+#: a small bank: entities, tags, dates, a cause and an observation
+ALICE = [
+    {"id": "job", "text": "Alice works as a data engineer at Helios Robotics in Munich.",
+     "entities": ["Alice", "Helios Robotics"], "tags": ["work"], "occurred_at": "2023-08-01T00:00:00Z"},
+    {"id": "old-job", "text": "Alice used to be an analyst at Northwind Labs.",
+     "entities": ["Alice", "Northwind Labs"], "tags": ["work"], "occurred_at": "2022-02-01T00:00:00Z"},
+    {"id": "pasta", "text": "Bob cooked pasta carbonara for dinner.", "type": "experience",
+     "entities": ["Bob"], "occurred_at": "2023-05-02T00:00:00Z"},
+    {"id": "reorg", "text": "Northwind Labs reorganised Alice's team under a new manager.",
+     "entities": ["Northwind Labs", "Alice"], "tags": ["work"], "occurred_at": "2023-05-15T00:00:00Z",
+     "causes": ["left"]},
+    {"id": "left", "text": "Alice left Northwind Labs in June.", "entities": ["Alice", "Northwind Labs"],
+     "occurred_at": "2023-06-30T00:00:00Z"},
+    {"id": "summary", "text": "Alice changed jobs in 2023, moving from Northwind Labs to Helios Robotics.",
+     "type": "observation", "sources": ["job", "left"], "entities": ["Alice"]},
+]
+
+#: a second batch into the bank: updates, a new document chunk, causes and sources into earlier rows
+MORE = [
+    {"id": "job", "text": "Alice is now a staff data engineer at Helios Robotics.", "entities": ["Alice"],
+     "occurred_at": "2024-01-10T00:00:00Z", "document_id": "diary", "chunk": "January: promotion."},
+    {"id": "promo", "text": "Alice was promoted in January 2024.", "entities": ["Alice", "Helios Robotics"],
+     "occurred_at": "2024-01-09T00:00:00Z", "causes": ["job"], "document_id": "diary",
+     "chunk": "January: promotion.", "tags": ["work"]},
+    {"id": "obs2", "text": "Alice's career keeps moving up.", "type": "observation", "sources": ["promo", "job"]},
+]
+
+
+@pytest.fixture(params=["exact", "indexed"])
+async def citus_engine(
+    request: pytest.FixtureRequest, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Engine]:
+    """An engine on the cluster: small banks ranked exactly, or every bank in the shared HNSW indexes
+    (and links of new rows found through them), so both kinds of statement are checked."""
+    overrides: dict[str, Any] = {}
+    if request.param == "indexed":
+        overrides["vector_index_min_rows"] = 1
+        monkeypatch.setattr(links, "INDEX_MIN_ROWS", 0)
+        monkeypatch.setattr(links, "INDEX_RATIO", 0)
+    async with Engine(make_settings(**overrides)) as engine:
+        require_citus(engine)
+        yield engine
+
+
+async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: Engine) -> None:
+    engine, bank = citus_engine, f"route-{uuid.uuid4().hex[:10]}"
+    await check_routed(engine, bank, engine.retain(bank, ALICE), "retain into a new bank")
+    _, verdict = await check_routed(engine, bank, engine.retain(bank, MORE), "retain into an existing bank")
+    assert any(first_word(s) == "COPY" for s in verdict.copied)
+    body, _ = await check_routed(engine, bank, engine.recall(
+        bank, "What happened with Alice's job in January 2024?", include_entities=500, include_chunks=500,
+        include_source_facts=500, tags=["work"], tags_match="any", trace=True), "recall")
+    assert body["results"], "the recall found nothing"
+    await check_routed(engine, bank, engine.recall(
+        bank, "How is Alice's career going?", types=["observation"], include_source_facts=500),
+        "recall of observations")
+    stats, _ = await check_routed(engine, bank, engine.bank_stats(bank), "bank stats")
+    assert stats is not None and stats["memories"] == len({m["id"] for m in [*ALICE, *MORE]})
+
+    async def configure() -> dict[str, Any]:
+        async with engine.db.connect() as conn:
+            return await banks.set_bank_config(conn, bank, {"recall_budget_fixed_low": 50})
+
+    await check_routed(engine, bank, configure(), "bank config")
+    removed, _ = await check_routed(engine, bank, engine.forget(bank, ["promo", "pasta"]), "forget")
+    assert removed == 2
+    deleted, _ = await check_routed(engine, bank, engine.delete_bank(bank), "delete_bank")
+    assert deleted
+
+
+async def test_listing_banks_is_the_statement_that_fans_out(citus_engine: Engine) -> None:
+    """Listing every bank reads every shard, by design: the one call not routed to one shard."""
+    bank = f"route-{uuid.uuid4().hex[:10]}"
+    await citus_engine.retain(bank, ALICE[:2])
+    with recording() as record:
+        listed = await citus_engine.list_banks()
+    assert bank in [b["bank_id"] for b in listed]
+    verdict = await explain_all(driver_url(citus_engine), citus_engine.settings.database_schema, record.sent)
+    assert [first_word(s) for s, _ in verdict.fan_out] == ["SELECT"]
+    await citus_engine.delete_bank(bank)
+
+
+async def test_a_statement_without_its_bank_is_caught(citus_engine: Engine) -> None:
+    """The check itself: the same lookups without a bank_id filter plan on every shard and are reported."""
+    ids = [uuid.uuid4()]
+    unfiltered = [
+        ("SELECT count(*) FROM memory_links WHERE from_unit_id = ANY(%(ids)s)", {"ids": ids}),
+        ("DELETE FROM unit_entities WHERE unit_id = ANY(%(ids)s)", {"ids": ids}),
+    ]
+    filtered = [(s.replace("WHERE ", "WHERE bank_id = %(bank)s AND "), {**p, "bank": "b"}) for s, p in unfiltered]
+    url, schema_name = driver_url(citus_engine), citus_engine.settings.database_schema
+    assert len((await explain_all(url, schema_name, unfiltered)).fan_out) == 2
+    verdict = await explain_all(url, schema_name, filtered)
+    assert not verdict.fan_out and len(verdict.routed) == 2
+
+
+async def _distributed(engine: Engine) -> dict[str, str]:
+    async with engine.db.connect() as conn:
+        rows = await conn.exec_driver_sql(
+            "SELECT c.relname, p.partmethod FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid "
+            "WHERE c.relnamespace = current_schema()::regnamespace")
+        return {r[0]: r[1] for r in rows}
+
+
+async def _ranked(engine: Engine, bank: str, query: str) -> list[str]:
+    return [r["id"] for r in (await engine.recall(bank, query))["results"]]
+
+
+async def test_a_single_server_store_is_distributed_with_its_rows(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store built as on one server (tables local to the coordinator) is distributed at the next start,
+    rows and all; every bank then recalls what it recalled before, from its own shard."""
+    settings = make_settings(database_schema=f"upgrade_{uuid.uuid4().hex[:8]}")
+    stores = {"alice": [ALICE], "alice-more": [ALICE, MORE]}  # batches in order
+    queries = ("Where does Alice work?", "What happened in January 2024?", "Who cooked dinner?")
+
+    async def no_citus(conn: Any) -> bool:
+        return False
+
+    with monkeypatch.context() as patch:
+        patch.setattr(schema, "has_citus", no_citus)  # the schema as one server built it
+        async with Engine(settings) as single:
+            require_citus(single)
+            for bank, batches in stores.items():
+                for batch in batches:
+                    await single.retain(bank, batch)
+            assert await _distributed(single) == {}
+            before = {(b, q): await _ranked(single, b, q) for b in stores for q in queries}
+            stats = {b: await single.bank_stats(b) for b in stores}
+    async with Engine(settings) as cluster:
+        tables = await _distributed(cluster)
+        assert tables == {**dict.fromkeys(("banks", "memory_units", "entities", "chunks", "unit_entities",
+                                           "memory_links", "observation_sources"), "h"),
+                          "hindsight_meta": "n", "hindsight_migrations": "n"}
+        for bank in stores:
+            assert await cluster.bank_stats(bank) == stats[bank]
+            for query in queries:
+                ranked, _ = await check_routed(cluster, bank, _ranked(cluster, bank, query), f"recall {query!r}")
+                assert ranked == before[(bank, query)]
+        async with Engine(settings) as again:  # a third start finds everything distributed: no change
+            assert await _distributed(again) == tables
+
+
+class Incompatible(NativeBackend):
+    """The native backend, declared not Citus-compatible."""
+
+    name = "incompatible"
+    citus_compatible = False
+
+
+async def test_a_backend_not_citus_compatible_is_refused_naming_the_compatible_ones(
+    engine: Engine, make_settings: Callable[..., Settings]
+) -> None:
+    require_citus(engine)
+    with pytest.raises(ConfigError) as refused:
+        async with Engine(make_settings(database_schema=f"refused_{uuid.uuid4().hex[:8]}"),
+                          text_search=Incompatible()):
+            pass
+    message = str(refused.value)
+    assert "\n" not in message and "'incompatible' cannot run on Citus" in message
+    assert "native" in message.split("choose a Citus-compatible backend:")[1]
+
+
+class _OnTheCluster:
+    """The compliance suite on the coordinator named by HINDSIGHT_TEST_DATABASE_URL, in a schema of its own."""
+
+    database_url_env = "HINDSIGHT_TEST_DATABASE_URL"
+
+    @pytest.fixture(autouse=True, scope="class")
+    def _server_has_the_extensions(self, hr_backend_name: str, hr_database_url: str | None,
+                                   hr_plugin_manager: Any) -> None:
+        wanted = tuple(hr_plugin_manager.get("text_search", hr_backend_name).extensions)
+        if not wanted or hr_database_url is None:
+            return
+        with psycopg.connect(hr_database_url) as conn:
+            present = {r[0] for r in conn.execute(
+                "SELECT name FROM pg_available_extensions WHERE name = ANY(%s)", (list(wanted),))}
+        missing = sorted(set(wanted) - present)
+        if missing:
+            pytest.skip(f"the cluster has no {', '.join(missing)} extension, which {hr_backend_name!r} needs "
+                        "(it cannot be built here)")
+
+
+if os.environ.get("HINDSIGHT_TEST_DATABASE_URL"):  # tests(all) runs the suites on the embedded server
+    for _name in compatible_backends(get_plugin_manager()):
+        _bases = (_OnTheCluster, TextSearchBackendSuite)
+        globals()[f"TestCompliance_{_name}"] = type(f"TestCompliance_{_name}", _bases, {
+            "backend_name": _name, "settings_overrides": {"database_schema": f"suite_{_name}"},
+            "__doc__": f"The compliance suite for {_name!r} on the Citus cluster.",
+        })
+
+
+# ------------------------------------------------------------------------------------------ growth
+
+
+def _synthetic(bank: str, n: int) -> list[dict[str, Any]]:
+    topics = ("gardening", "chess", "sailing", "baking", "astronomy", "cycling")
+    return [{"id": f"{bank}-{i}", "text": f"Note {i} of {bank}: {topics[i % len(topics)]} on day {i}.",
+             "entities": [topics[i % len(topics)].title()], "occurred_at": f"2024-02-{1 + i % 28:02d}T10:00:00Z"}
+            for i in range(n)]
+
+
+async def test_adding_a_worker_and_rebalancing_loses_nothing_while_banks_are_in_use(
+    engine: Engine, citus_grow: Callable[[], Any]
+) -> None:
+    """A new worker, then ``citus_rebalance_start`` (blocking writes only to the shards it moves), while
+    other banks retain and earlier banks recall: no call fails, nothing is lost, and every earlier
+    bank recalls what it recalled before."""
+    require_citus(engine)
+    run = uuid.uuid4().hex[:6]
+    settled = [f"grow-{run}-{i}" for i in range(8)]
+    for bank in settled:
+        await engine.retain(bank, _synthetic(bank, 12))
+    queries = ("chess on day 3", "Which notes are about sailing?")
+    before = {(b, q): await _ranked(engine, b, q) for b in settled for q in queries}
+    url = driver_url(engine)
+    node = await asyncio.to_thread(citus_grow)
+    errors: list[BaseException] = []
+    written: dict[str, int] = {}
+    done = asyncio.Event()
+
+    async def keep_busy(worker: int) -> None:
+        i = 0
+        while not done.is_set():
+            bank = f"grow-{run}-new-{worker}-{i}"
+            try:
+                await engine.retain(bank, _synthetic(bank, 6))
+                written[bank] = 6
+                for b in settled[worker::2]:
+                    for q in queries:
+                        assert await _ranked(engine, b, q) == before[(b, q)], (b, q)
+            except BaseException as exc:  # every failure counts
+                errors.append(exc)
+                return
+            i += 1
+
+    busy = [asyncio.ensure_future(keep_busy(w)) for w in range(2)]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SELECT citus_rebalance_start(shard_transfer_mode => 'block_writes')")
+        await conn.execute("SELECT citus_rebalance_wait()")
+        state = (await (await conn.execute(
+            "SELECT state FROM citus_rebalance_status() ORDER BY job_id DESC LIMIT 1")).fetchone() or ("?",))[0]
+        moved = (await (await conn.execute(
+            "SELECT count(*) FROM citus_shards WHERE nodename = %s AND nodeport = %s", node)).fetchone() or (0,))[0]
+    done.set()
+    await asyncio.gather(*busy)
+    assert not errors, f"{len(errors)} call(s) failed during the rebalance; the first: {errors[0]!r}"
+    assert state == "finished" and moved > 0, (state, moved)
+    assert written, "no retain completed during the rebalance"
+    for bank, count in written.items():
+        stats = await engine.bank_stats(bank)
+        assert stats is not None and stats["memories"] == count, bank
+    for (bank, query), ranked in before.items():
+        assert await _ranked(engine, bank, query) == ranked, (bank, query)
+    for bank in [*settled, *written]:
+        await engine.delete_bank(bank)
