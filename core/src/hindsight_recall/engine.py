@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError
 from .plugins import PluginManager, adopt, get_plugin_manager
@@ -209,30 +210,21 @@ class Engine:
 
         :param bank_id: the bank.
         """
-        bank_id = banks.validate_bank_id(bank_id)
-        with database_errors("bank_stats"):
-            async with self.db.connect() as conn:
-                return await banks.bank_stats(conn, bank_id)
+        return await self._in_bank("bank_stats", bank_id, banks.bank_stats)
 
     async def delete_bank(self, bank_id: str) -> bool:
         """Delete a bank with everything in it; other banks are untouched. False if it did not exist.
 
         :param bank_id: the bank.
         """
-        bank_id = banks.validate_bank_id(bank_id)
-        with database_errors("delete_bank"):
-            async with self.db.connect() as conn:
-                return await banks.delete_bank(conn, bank_id)
+        return await self._in_bank("delete_bank", bank_id, banks.delete_bank)
 
     async def create_bank(self, bank_id: str) -> bool:
         """Create an empty bank; False if it already existed.
 
         :param bank_id: the bank.
         """
-        bank_id = banks.validate_bank_id(bank_id)
-        with database_errors('create_bank'):
-            async with self.db.connect() as conn:
-                return (await banks.ensure_bank(conn, bank_id))[1]
+        return (await self._in_bank("create_bank", bank_id, banks.ensure_bank))[1]
 
     async def get_memory(self, bank_id: str, memory_id: str) -> dict[str, Any] | None:
         """One memory by its id, with its entities and sources; ``None`` if the bank has no such memory.
@@ -240,10 +232,7 @@ class Engine:
         :param bank_id: the bank.
         :param memory_id: the caller's id of the memory.
         """
-        bank_id = banks.validate_bank_id(bank_id)
-        with database_errors('get_memory'):
-            async with self.db.connect() as conn:
-                return await listing.get_memory(conn, bank_id, memory_id)
+        return await self._in_bank("get_memory", bank_id, lambda conn, bank: listing.get_memory(conn, bank, memory_id))
 
     async def list_memories(self, bank_id: str, **filters: Any) -> tuple[list[dict[str, Any]], int]:
         """A page of a bank's memories, newest mention first, and the number matching in all.
@@ -252,10 +241,8 @@ class Engine:
         :param filters: ``fact_type``, ``search`` (a substring of text or context), ``document_id``,
             ``limit``, ``offset`` (see :func:`~hindsight_recall.store.listing.list_memories`).
         """
-        bank_id = banks.validate_bank_id(bank_id)
-        with database_errors('list_memories'):
-            async with self.db.connect() as conn:
-                return await listing.list_memories(conn, bank_id, **filters)
+        return await self._in_bank("list_memories", bank_id,
+                                   lambda conn, bank: listing.list_memories(conn, bank, **filters))
 
     async def forget(self, bank_id: str, ids: Iterable[str]) -> int:
         """Remove memories by their ids with their links, entity pairs and unused chunks; return the count.
@@ -263,10 +250,15 @@ class Engine:
         :param bank_id: the bank; an unknown bank removes nothing.
         :param ids: the caller's memory ids (exact strings, as retained); unknown ids are ignored.
         """
-        bank_id, wanted = banks.validate_bank_id(bank_id), banks.validate_memory_ids(ids)
-        with database_errors("forget"):
+        wanted = banks.validate_memory_ids(ids)
+        return await self._in_bank("forget", bank_id, lambda conn, bank: banks.forget(conn, bank, wanted))
+
+    async def _in_bank(self, what: str, bank_id: str, call: Callable[[AsyncConnection, str], Awaitable[T]]) -> T:
+        """``call(conn, bank_id)`` on one connection, the id checked first and driver errors made ours."""
+        bank_id = banks.validate_bank_id(bank_id)
+        with database_errors(what):
             async with self.db.connect() as conn:
-                return await banks.forget(conn, bank_id, wanted)
+                return await call(conn, bank_id)
 
     async def _recover(self, exc: Exception) -> None:
         """After a lost connection, reconnect (restarting an embedded server that died)."""
