@@ -213,7 +213,8 @@ async def test_a_hung_reranker_start_is_bounded_and_recalls_do_not_wait_for_its_
     routes = tei_routes()
     routes[("GET", "/info")] = lambda request: Reply(body={"model_id": "x"}, delay=3600)  # never answers
     with FixtureServer(routes) as server:
-        settings = make_settings(reranker_provider="tei", reranker_timeout=5, plugins={"tei": {"url": server.url}})
+        settings = make_settings(reranker_provider="tei", reranker_timeout=5,
+                                 plugins={"reranker": {"tei": {"url": server.url}}})
         async with Engine(settings) as engine:
             engine.rerank.backoff = Backoff(base=0, cap=0)  # every recall may start another attempt
             await engine.retain(bank, DOCS)
