@@ -31,6 +31,8 @@ def test_bench_http_on_a_tiny_split(tmp_path: Path) -> None:
     assert set(report["systems"]) == {"ours-http", "ours-inprocess"}
     assert report["systems"]["ours-http"]["latency_ms"]["n"] == 3
     assert report["systems"]["ours-inprocess"]["latency_ms"]["n"] == 3
+    # milliseconds: a three-memory recall takes well under 10 s, and more than a microsecond
+    assert 0.001 < report["systems"]["ours-http"]["latency_ms"]["p50"] < 10_000
     run = report["systems"]["ours-http"]["throughput"][0]
     assert run["clients"] == 2 and run["recalls"] > 0 and run["errors"] == 0
     assert isinstance(report["http_overhead_ms_p50"], float)
