@@ -92,21 +92,26 @@ class LocomoSmokeSuite:
     def test_locomo_slice_meets_the_floors(
         self, hr_database_url: str, hr_fresh_schema: str, hr_run: Any, capsys: pytest.CaptureFixture[str]
     ) -> None:
+        result = self.run_smoke(hr_database_url, hr_fresh_schema, hr_run)
+        with capsys.disabled():
+            print(f"\nLoCoMo dev smoke, {self.backend_name}: {result} "
+                  f"(floors {self.fused_floor:.3f} / {self.keyword_floor:.3f})")
+        assert result.fused >= self.fused_floor and result.keyword >= self.keyword_floor, str(result)
+
+    def run_smoke(self, url: str, schema: str, run: Any, text_search: Any = None) -> SmokeResult:
+        """The smoke in ``schema`` on ``url``, with the named backend or the ``text_search`` instance given."""
         from ..engine import Engine
         from ..settings import load_settings
 
         split = dev_split()
         if split is None:
             pytest.skip("the LoCoMo dev split is not in shared/bench/locomo/dev here or in a parent folder")
-        settings = load_settings(database_url=hr_database_url, database_schema=hr_fresh_schema,
+        settings = load_settings(database_url=url, database_schema=schema,
                                  text_search_extension=self.backend_name, reranker_provider="rrf")
 
         async def smoke() -> SmokeResult:
-            async with Engine(settings) as engine:
+            async with Engine(settings, text_search=text_search(settings) if text_search else None) as engine:
                 return await locomo_smoke(engine, split)
 
-        result = hr_run(smoke())
-        with capsys.disabled():
-            print(f"\nLoCoMo dev smoke, {self.backend_name}: {result} "
-                  f"(floors {self.fused_floor:.3f} / {self.keyword_floor:.3f})")
-        assert result.fused >= self.fused_floor and result.keyword >= self.keyword_floor, str(result)
+        result: SmokeResult = run(smoke())
+        return result
