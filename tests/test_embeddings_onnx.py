@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,8 +13,6 @@ import pytest
 from hindsight_recall.embeddings import BATCH_SIZE, LocalEmbeddings, bundled_model_path
 from hindsight_recall.errors import ConfigError
 from hindsight_recall.settings import Settings, load_settings
-
-pytest.importorskip("onnxruntime", reason="the onnx extra is not installed: pip install 'hindsight-recall[onnx]'")
 
 TEXTS = [
     "Caroline went to the LGBTQ support group yesterday.",
@@ -65,10 +64,10 @@ def test_unknown_backend_is_refused() -> None:
         load_settings(embeddings_local_backend="tensorflow")
 
 
-def test_missing_onnxruntime_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_onnxruntime_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     emb = LocalEmbeddings(Settings(embeddings_local_backend="onnx", embeddings_onnx_cache_dir=tmp_path))
-    with pytest.raises(ConfigError, match=r"hindsight-recall\[onnx\]"):
+    with pytest.raises(ConfigError, match=r"pip install 'onnxruntime"):
         emb.dimensions()
 
 
@@ -93,13 +92,34 @@ def test_small_token_sorted_batches_agree_with_torch(onnx_cache: Path) -> None:
     assert ((torch_vectors * onnx_vectors).sum(axis=1) >= 0.999).all()
 
 
-def test_auto_picks_onnx_when_the_extra_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_picks_onnx() -> None:
     auto = LocalEmbeddings(Settings())
     assert auto.backend == "onnx" and auto.batch_size == BATCH_SIZE["onnx"]
-    monkeypatch.setattr("hindsight_recall.embeddings.onnx_installed", lambda: False)
-    without = LocalEmbeddings(Settings())
-    assert without.backend == "torch" and without.batch_size == BATCH_SIZE["torch"]
+    chosen = LocalEmbeddings(Settings(embeddings_local_backend="torch"))
+    assert chosen.backend == "torch" and chosen.batch_size == BATCH_SIZE["torch"]
     assert LocalEmbeddings(Settings(embeddings_batch_size=5)).batch_size == 5
+
+
+def test_a_cached_export_runs_without_torch(onnx_cache: Path) -> None:
+    embed("onnx", onnx_cache, ["warm"])  # exports, in this process
+    script = (
+        "import asyncio, sys\n"
+        "from hindsight_recall.embeddings import LocalEmbeddings\n"
+        "from hindsight_recall.settings import Settings\n"
+        f"emb = LocalEmbeddings(Settings(embeddings_onnx_cache_dir={str(onnx_cache)!r}))\n"
+        "assert len(asyncio.run(emb.embed(['hello'], mode='query'))[0]) == 384\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_a_query_does_not_wait_behind_a_passage_batch(onnx_cache: Path) -> None:
+    emb = LocalEmbeddings(Settings(embeddings_onnx_cache_dir=onnx_cache))
+    asyncio.run(emb.embed(["warm"], mode="passage"))
+    with emb._lock:  # a retain's batch is being encoded
+        vectors = asyncio.run(asyncio.wait_for(emb.embed(["who painted the lake?"], mode="query"), 30))
+    assert len(vectors[0]) == 384
 
 
 def test_auto_runs_on_torch_what_onnx_cannot(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -20,7 +20,8 @@ import numpy as np
 
 from .errors import ConfigError
 
-INSTALL = "pip install 'hindsight-recall[onnx]'"
+#: how to repair an install that lost a dependency (both are dependencies of hindsight-recall)
+INSTALL = "pip install 'onnxruntime>=1.20' 'onnx>=1.17'"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
 
@@ -96,7 +97,7 @@ class OnnxEncoder:
         """
         try:
             import onnxruntime
-            from transformers import AutoTokenizer
+            from tokenizers import Tokenizer  # not transformers: that imports torch (2 s, 300 MB)
         except ImportError as exc:
             raise ConfigError(f"HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=onnx needs onnxruntime: {INSTALL}") from exc
         self.max_length, mean = _mean_pooling_model(model)
@@ -110,7 +111,9 @@ class OnnxEncoder:
             except ImportError as exc:
                 raise ConfigError(f"exporting the model to ONNX needs the onnx package: {INSTALL}") from exc
             export(model, self.path)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.path.parent))
+        self.tokenizer = Tokenizer.from_file(str(self.path.parent / "tokenizer.json"))
+        self.tokenizer.enable_truncation(self.max_length)
+        self.tokenizer.no_padding()  # batches are padded one by one, to their own longest text
         options = onnxruntime.SessionOptions()
         # no busy-waiting between ops: the threads would spin on cores PostgreSQL and the arms need
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -129,22 +132,24 @@ class OnnxEncoder:
             on the tokenizer's own counts, not on characters as sentence-transformers does), so that
             almost no padding is computed.
         """
-        texts = list(texts)
-        if len(texts) > 1:
-            counts = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
-            order = sorted(range(len(texts)), key=lambda i: -len(counts[i]))
-        else:
-            order = list(range(len(texts)))
-        out = np.zeros((len(texts), 0), dtype=np.float32)
+        encodings = self.tokenizer.encode_batch(list(texts))  # truncated, not padded
+        order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
+        out = np.zeros((len(encodings), 0), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            enc = self.tokenizer([texts[i] for i in chunk], padding=True, truncation=True,
-                                 max_length=self.max_length, return_tensors="np")
-            feed = {k: enc[k].astype(np.int64) for k in INPUTS if k in self.names and k in enc}
-            if "token_type_ids" in self.names and "token_type_ids" not in feed:
-                feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
-            vectors = self.session.run(None, feed)[0]
+            vectors = self.session.run(None, self._feed([encodings[i] for i in chunk]))[0]
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
             out[chunk] = vectors
         return out
+
+    def _feed(self, encodings: list[Any]) -> dict[str, np.ndarray]:
+        """The model's inputs for one batch, right-padded with zeros to its longest text."""
+        width = max(len(e.ids) for e in encodings)
+        arrays = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in INPUTS}
+        for row, e in enumerate(encodings):
+            n = len(e.ids)
+            arrays["input_ids"][row, :n] = e.ids
+            arrays["attention_mask"][row, :n] = e.attention_mask
+            arrays["token_type_ids"][row, :n] = e.type_ids
+        return {name: array for name, array in arrays.items() if name in self.names}

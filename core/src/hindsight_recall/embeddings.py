@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -19,11 +19,6 @@ log = logging.getLogger(__name__)
 #: texts per forward pass when EMBEDDINGS_BATCH_SIZE is unset, measured on CPU: ONNX Runtime runs
 #: token-sorted batches of 8 with the least CPU per text; torch does best at sentence-transformers' 64
 BATCH_SIZE = {"torch": 64, "onnx": 8}
-
-
-def onnx_installed() -> bool:
-    """Whether the ``onnx`` extra (ONNX Runtime and the exporter's ``onnx``) is importable."""
-    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
 
 
 def bundled_model_path() -> str:
@@ -49,19 +44,15 @@ class LocalEmbeddings:
         self._model: Any = None
         self._lock = threading.Lock()
         choice = self.settings.embeddings_local_backend
-        #: the backend that runs the model; ``auto`` means ONNX Runtime when its extra is installed
-        self.backend = ("onnx" if onnx_installed() else "torch") if choice == "auto" else choice
+        #: the backend that runs the model; ``auto`` means ONNX Runtime, falling back to torch
+        self.backend = "onnx" if choice == "auto" else choice
         self.batch_size = self.settings.embeddings_batch_size or BATCH_SIZE[self.backend]
 
     def _load(self) -> Any:
+        if self._model is not None:  # loaded: no lock, so a query never waits behind a passage batch
+            return self._model
         with self._lock:
             if self._model is None:
-                # late: importing sentence_transformers (and torch) takes seconds
-                from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as hf_logging
-
-                hf_logging.disable_progress_bar()  # the weight-loading bar is noise in a CLI
-
                 if self.backend == "onnx":
                     try:
                         self._model = self._load_onnx()
@@ -73,6 +64,11 @@ class LocalEmbeddings:
                         log.warning("ONNX Runtime cannot run the embedding model, using torch: %s", exc)
                         self.backend = "torch"
                         self.batch_size = self.settings.embeddings_batch_size or BATCH_SIZE["torch"]
+                # late: importing sentence_transformers (and torch) takes seconds; a cached ONNX export needs neither
+                from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # the weight-loading bar is noise in a CLI
                 try:
                     self._model = SentenceTransformer(self.model_name, device="cpu")
                 except Exception as exc:
@@ -103,7 +99,9 @@ class LocalEmbeddings:
     def _encode(self, texts: Sequence[str], mode: str) -> list[list[float]]:
         prefix = self.settings.embeddings_query_prefix if mode == "query" else self.settings.embeddings_passage_prefix
         model = self._load()
-        with self._lock:  # one encode at a time: the model already uses every core
+        # Passages are encoded one call at a time (the model already uses every core); a query is one short
+        # text and never waits behind a retain's batch: both runtimes run concurrent calls safely.
+        with self._lock if mode != "query" else contextlib.nullcontext():
             vectors = model.encode(
                 [prefix + t for t in texts],
                 batch_size=self.batch_size,
