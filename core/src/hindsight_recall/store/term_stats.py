@@ -128,3 +128,22 @@ async def backfill(upgrade: Any) -> None:
         return
     await upgrade.execute("DELETE FROM term_stats")
     await upgrade.in_batches(_UPSERT.format(counted=counted("u.id > :after AND u.id <= :upto")))
+
+
+async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple[str, str, str, int, int]]:
+    """The kept counts that differ from a fresh count of the memories (none, when all is well).
+
+    Rows of zero count as absent. For checks and tests: it reads every memory of the bank (or of
+    every bank when ``bank_id`` is ``None``).
+
+    :return: ``(bank_id, fact_type, lexeme, kept, fresh)`` tuples.
+    """
+    where = "true" if bank_id is None else "u.bank_id = :bank"
+    scope = "" if bank_id is None else "WHERE bank_id = :bank"
+    rows = await conn.execute(text(
+        f"WITH fresh AS ({counted(where)}), kept AS (SELECT bank_id, fact_type, lexeme, df FROM term_stats {scope}) "
+        "SELECT bank_id, fact_type, lexeme, coalesce(kept.df, 0) AS kept, coalesce(fresh.df, 0) AS fresh "
+        "FROM kept FULL JOIN fresh USING (bank_id, fact_type, lexeme) "
+        "WHERE coalesce(kept.df, 0) <> coalesce(fresh.df, 0) ORDER BY 1, 2, 3"
+    ), {"bank": bank_id})
+    return [tuple(r) for r in rows]  # type: ignore[misc]
