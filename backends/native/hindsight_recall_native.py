@@ -37,10 +37,12 @@ terms AS MATERIALIZED (
 counts AS MATERIALIZED (
     SELECT s.lexeme, sum(s.df) AS df FROM term_stats s
     WHERE s.bank_id = :bank_id AND s.fact_type = ANY(CAST(:fact_types AS text[]))
-    AND s.lexeme = ANY(ARRAY(SELECT DISTINCT l FROM terms CROSS JOIN LATERAL unnest(terms.lexemes) AS l) || CAST('' AS text))
+    AND s.lexeme = ANY(ARRAY(SELECT DISTINCT l FROM terms CROSS JOIN LATERAL unnest(terms.lexemes) AS l)
+                       || CAST('' AS text))
     GROUP BY s.lexeme),
 stats AS MATERIALIZED (
-    SELECT terms.ord, terms.term, terms.q, d.df, greatest(coalesce((SELECT c.df FROM counts c WHERE c.lexeme = ''), 0), d.df) AS n
+    SELECT terms.ord, terms.term, terms.q, d.df,
+           greatest(coalesce((SELECT c.df FROM counts c WHERE c.lexeme = ''), 0), d.df) AS n
     FROM terms CROSS JOIN LATERAL (SELECT greatest(coalesce(min(coalesce(c.df, 0)), 0), 0) AS df
         FROM unnest(terms.lexemes) AS l(lexeme) LEFT JOIN counts c ON c.lexeme = l.lexeme) AS d),
 specific AS MATERIALIZED (
@@ -97,11 +99,13 @@ class NativeBackend:
 
     Neither function knows how common a term is, so a name found in every memory of a bank counts
     as much as a rare word. With ``idf`` (the default) a memory's score is instead the mean over the
-    query's terms of ``idf(t) × rank(memory, t)``, with the BM25 weight
-    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``: ``N`` the memories the query can see (bank,
-    filter, every fact type it searches) and ``df`` those among them containing ``t``, both counted
-    inside the arm's own statement (``df`` over its matches, which hold every memory containing a
-    query term).
+    kept query terms of ``idf(t) × rank(memory, t)``, with the BM25 weight
+    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``: ``N`` the bank's memories of every fact type the
+    query searches and ``df`` those among them containing ``t``. Both are read from the counts core
+    keeps per bank at every write (``keeps_term_stats``, :mod:`hindsight_recall.store.term_stats`),
+    so no query counts the bank; they are bank-wide, so a tag or date filter narrows the matches but
+    not the weights. The same counts choose the terms (``BM25_MAX_TERM_FREQUENCY``,
+    ``BM25_MAX_QUERY_TERMS``) and bound the work: at most ``max_rows`` matches are scored.
     """
 
     name = "native"
@@ -179,8 +183,10 @@ class NativeBackend:
             # the mean over kept terms of idf(t) x rank(memory, t)
             score = f"(SELECT sum(kept.w * {rank}(hits.hit_vector, kept.q)) / count(*) FROM kept)"
         else:
-            score = f"{rank}(hits.hit_vector, (SELECT to_tsquery({_LANGUAGE}, string_agg(quote_literal(term), ' | ')) FROM kept))"
-        match = f"SELECT {columns}, search_vector AS hit_vector FROM memory_units WHERE {where} AND search_vector @@ "
+            anyterm = f"(SELECT to_tsquery({_LANGUAGE}, string_agg(quote_literal(term), ' | ')) FROM kept)"
+            score = f"{rank}(hits.hit_vector, {anyterm})"
+        match = (f"SELECT {columns}, search_vector AS hit_vector FROM memory_units "
+                 f"WHERE {where} AND search_vector @@ ")
         return (
             f"(WITH {_KEPT_TERMS.format(language=_LANGUAGE)}, "
             f"exact_hits AS MATERIALIZED ({match}(SELECT exact FROM tiers)), "

@@ -228,7 +228,7 @@ class TextSearchBackend(Protocol):
 
         Core binds them in every statement holding the backend's :meth:`arm_sql` or
         :meth:`write_expression`, so options reach SQL as values, never as SQL text. Names must
-        not be core's (``bank_id``, ``query_text``, ``query_terms``, ``min_score``, ``limit``,
+        not be core's (``bank_id``, ``query_text``, ``query_terms``, ``fact_types``, ``min_score``, ``limit``,
         ``per_type``, ``filter_*``); the backend's name as a prefix (``native_language``) keeps
         them apart from names core may add. The default binds none.
         """

@@ -146,4 +146,4 @@ async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple
         "FROM kept FULL JOIN fresh USING (bank_id, fact_type, lexeme) "
         "WHERE coalesce(kept.df, 0) <> coalesce(fresh.df, 0) ORDER BY 1, 2, 3"
     ), {"bank": bank_id})
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [(r.bank_id, r.fact_type, r.lexeme, r.kept, r.fresh) for r in rows]
