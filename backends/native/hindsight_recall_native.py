@@ -26,8 +26,8 @@ _LANGUAGE = "CAST(:native_language AS regconfig)"
 #: leaves none), then the rarest ``max_terms`` (or the first, when not ``selective``; 0: all). ``N`` and
 #: ``df`` cover the bank's memories of every fact type searched; a term the parser reads as several
 #: lexemes (``foo_bar``) is as rare as its rarest lexeme. Tiers: the rarest terms whose summed ``df``
-#: fits in ``max_rows`` are "exact" (every memory holding one is scored); the others only fill what is
-#: left of ``max_rows``.
+#: fits in ``max_rows`` are "exact" (every memory holding one is scored); the others fill what is left
+#: of ``max_rows``, memories holding every one of them first (they score highest among the rest).
 _KEPT_TERMS = " ".join(line.strip() for line in """
 terms AS MATERIALIZED (
     SELECT t.ord, t.term, q, tsvector_to_array(to_tsvector({language}, t.term)) AS lexemes
@@ -58,6 +58,8 @@ kept AS MATERIALIZED (
 tiers AS MATERIALIZED (
     SELECT to_tsquery({language}, string_agg(quote_literal(term), ' | ' ORDER BY ord)
                FILTER (WHERE CAST(:native_max_rows AS int) = 0 OR reach <= CAST(:native_max_rows AS int))) AS exact,
+           to_tsquery({language}, string_agg(quote_literal(term), ' & ' ORDER BY ord)
+               FILTER (WHERE CAST(:native_max_rows AS int) > 0 AND reach > CAST(:native_max_rows AS int))) AS every,
            to_tsquery({language}, string_agg(quote_literal(term), ' | ' ORDER BY ord)
                FILTER (WHERE CAST(:native_max_rows AS int) > 0 AND reach > CAST(:native_max_rows AS int))) AS common
     FROM kept)""".splitlines()).strip()
@@ -175,8 +177,9 @@ class NativeBackend:
     def arm_sql(self, *, columns: str, where: str) -> str:
         """The arm in one statement: term statistics, kept terms, matches, scores.
 
-        The matches are one GIN scan for the exact tier and one, stopped at ``max_rows`` rows in all,
-        for the common terms; each match is scored once per kept term. Nothing counts the bank.
+        The matches are one GIN scan for the exact tier, then, stopped at ``max_rows`` rows in all,
+        memories holding every common term and memories holding any; each match is scored once per
+        kept term. Nothing counts the bank.
         """
         rank = self.config.rank
         if self.config.idf:
@@ -187,12 +190,17 @@ class NativeBackend:
             score = f"{rank}(hits.hit_vector, {anyterm})"
         match = (f"SELECT {columns}, search_vector AS hit_vector FROM memory_units "
                  f"WHERE {where} AND search_vector @@ ")
+        not_exact = "AND NOT coalesce(search_vector @@ (SELECT exact FROM tiers), false) "
         return (
             f"(WITH {_KEPT_TERMS.format(language=_LANGUAGE)}, "
             f"exact_hits AS MATERIALIZED ({match}(SELECT exact FROM tiers)), "
-            f"hits AS MATERIALIZED (SELECT * FROM exact_hits UNION ALL ({match}(SELECT common FROM tiers) "
-            "AND NOT coalesce(search_vector @@ (SELECT exact FROM tiers), false) "
-            "LIMIT greatest(CAST(:native_max_rows AS int) - (SELECT count(*) FROM exact_hits), 0))), "
+            f"every_hits AS MATERIALIZED ({match}(SELECT every FROM tiers) {not_exact}"
+            "LIMIT greatest(CAST(:native_max_rows AS int) - (SELECT count(*) FROM exact_hits), 0)), "
+            "hits AS MATERIALIZED (SELECT * FROM exact_hits UNION ALL SELECT * FROM every_hits UNION ALL "
+            f"({match}(SELECT common FROM tiers) {not_exact}"
+            "AND NOT coalesce(search_vector @@ (SELECT every FROM tiers), false) "
+            "LIMIT greatest(CAST(:native_max_rows AS int) - (SELECT count(*) FROM exact_hits) "
+            "- (SELECT count(*) FROM every_hits), 0))), "
             f"scored AS MATERIALIZED (SELECT hits.*, {score} AS bm25_score FROM hits) "
             f"SELECT {columns}, bm25_score FROM scored WHERE bm25_score >= :min_score "
             "ORDER BY bm25_score DESC, id LIMIT :limit)"

@@ -173,7 +173,7 @@ def test_idf_weighting_is_on_by_default_and_reads_the_kept_counts() -> None:
     assert ":query_terms" in sql and "'alice'" not in sql
     # N and df come from term_stats of the bank and the fact types searched; the bank is never counted
     assert "FROM term_stats s WHERE s.bank_id = :bank_id AND s.fact_type = ANY(CAST(:fact_types AS text[]))" in sql
-    assert "count(*) AS n" not in sql and sql.count("FROM memory_units") == 2  # exact and common tiers
-    assert sql.count(f"WHERE {WHERE}") == 2
+    assert "count(*) AS n" not in sql and sql.count("FROM memory_units") == 3  # exact, every and any tiers
+    assert sql.count(f"WHERE {WHERE}") == 3
     with pytest.raises(ValidationError):
         NativeSettings(rank="bm25")
