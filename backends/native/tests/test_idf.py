@@ -146,3 +146,17 @@ def test_document_frequency_is_counted_over_the_fact_types_searched_together(
     # gave "glaze" a weight of 0.69 against 3.9 for "kiln" among the world facts)
     assert set(hits) == {"kiln-world", "glaze-obs"}
     assert hits["glaze-obs"] > hits["kiln-world"]
+
+
+def test_cover_density_ranking_runs_with_and_without_idf(
+    tmp_path: Path, hr_run: Callable[[Awaitable[Any]], Any]
+) -> None:
+    async def run(idf: bool, load: bool) -> list[str]:
+        async with Engine(_settings(tmp_path, rank="ts_rank_cd", idf=idf, max_rows=5)) as engine:
+            if load:
+                await engine.retain("cd", WALKS_AND_POTTERY)
+            return ids(await keyword_hits(engine, "cd", "alice pottery"))
+
+    weighted, plain = hr_run(run(True, True)), hr_run(run(False, False))
+    assert weighted[0] == "rare" and len(weighted) == 5
+    assert "rare" in plain and len(plain) == 5  # the cap holds without IDF too
