@@ -27,11 +27,12 @@ from hindsight_recall.errors import ConfigError
 from hindsight_recall.plugins import get_plugin_manager
 from hindsight_recall.retain import links
 from hindsight_recall.settings import Settings
-from hindsight_recall.store import banks, schema
+from hindsight_recall.store import banks, schema, term_stats
 from hindsight_recall.store.citus import compatible_backends
 from hindsight_recall.testing import TextSearchBackendSuite
 from hindsight_recall.testing.citus import check_routed, driver_url, explain_all, first_word, recording
 from hindsight_recall_native import NativeBackend
+from sqlalchemy import text
 
 #: set by tests(citus): a missing cluster fails the run instead of skipping
 REQUIRED_ENV = "HINDSIGHT_TEST_CITUS"
@@ -114,8 +115,13 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
     await check_routed(engine, bank, configure(), "bank config")
     removed, _ = await check_routed(engine, bank, engine.forget(bank, ["promo", "pasta"]), "forget")
     assert removed == 2
+    async with engine.db.connect() as conn:  # the term statistics followed every write, on the shard
+        assert await term_stats.drift(conn, bank) == []
+        assert await conn.scalar(text("SELECT count(*) FROM term_stats WHERE bank_id = :b"), {"b": bank})
     deleted, _ = await check_routed(engine, bank, engine.delete_bank(bank), "delete_bank")
     assert deleted
+    async with engine.db.connect() as conn:
+        assert not await conn.scalar(text("SELECT count(*) FROM term_stats WHERE bank_id = :b"), {"b": bank})
 
 
 async def test_listing_banks_is_the_statement_that_fans_out(citus_engine: Engine) -> None:
@@ -181,10 +187,12 @@ async def test_a_single_server_store_is_distributed_with_its_rows(
     async with Engine(settings) as cluster:
         tables = await _distributed(cluster)
         assert tables == {**dict.fromkeys(("banks", "memory_units", "entities", "chunks", "unit_entities",
-                                           "memory_links", "observation_sources"), "h"),
+                                           "memory_links", "observation_sources", "term_stats"), "h"),
                           "hindsight_meta": "n", "hindsight_migrations": "n"}
         for bank in stores:
             assert await cluster.bank_stats(bank) == stats[bank]
+            async with cluster.db.connect() as conn:  # the term statistics moved with their bank
+                assert await term_stats.drift(conn, bank) == []
             for query in queries:
                 ranked, _ = await check_routed(cluster, bank, _ranked(cluster, bank, query), f"recall {query!r}")
                 assert ranked == before[(bank, query)]

@@ -14,7 +14,7 @@ import pytest
 from hindsight_recall import ConfigError, Engine
 from hindsight_recall.bench import upgrade as upgrade_bench
 from hindsight_recall.settings import Settings
-from hindsight_recall.store import schema
+from hindsight_recall.store import schema, term_stats
 from hindsight_recall.store.db import Database
 from sqlalchemy import text
 
@@ -34,6 +34,11 @@ async def _schema_7_store(settings: Settings) -> AsyncIterator[str]:
         yield db.url
     finally:
         await db.close()
+
+
+async def _banks(engine: Engine) -> int:
+    async with engine.db.connect() as conn:
+        return int(await conn.scalar(text("SELECT count(*) FROM banks")) or 0)
 
 
 def _probe(url: str, schema_name: str, stop: threading.Event, out: dict[str, Any]) -> None:
@@ -78,6 +83,9 @@ async def test_an_upgrade_from_schema_7_runs_beside_readers_without_the_statemen
                         "WHERE c.relnamespace = CAST(:s AS regnamespace) AND c.relname LIKE 'idx_mu_%'"
                     ), {"s": name})).all())
                     work_table = await conn.scalar(text("SELECT to_regclass('hindsight_upgrade_positions')"))
+                    # migration 10: every bank's term statistics, from the stored search vectors
+                    drift = await term_stats.drift(conn)
+                    kept = await conn.scalar(text("SELECT count(DISTINCT bank_id) FROM term_stats WHERE df > 0"))
                     place = await conn.scalar(text(
                         "SELECT position FROM memory_units WHERE bank_id = 'bank-0' AND external_id = 'D7:3'"))
                 assert tuple(counts) == (ROWS, ROWS, 2)
@@ -86,6 +94,7 @@ async def test_an_upgrade_from_schema_7_runs_beside_readers_without_the_statemen
                           *(f"idx_mu_ann_{t}" for t in ("world", "experience", "observation"))}
                 assert wanted <= set(indexes) and all(indexes.values())
                 assert work_table is None
+                assert drift == [] and kept == await _banks(engine)
         finally:
             stop.set()
             reader.join()
@@ -135,7 +144,9 @@ async def _resume(settings: Settings, name: str, monkeypatch: pytest.MonkeyPatch
                 "ON i.indexrelid = c.oid WHERE c.oid = CAST(:i AS regclass) AND i.indisvalid"
             ), {"i": f'"{name}".idx_mu_ann_world'})
             done = await conn.scalar(text("SELECT count(*) FROM hindsight_migrations WHERE version IN (8, 9)"))
+            drift = await term_stats.drift(conn)
         assert method == "hnsw" and done == 2
+        assert drift == []  # the statistics were filled again from the start, never counted twice
         assert (await engine.recall("bank-0", "memory about topic 7"))["results"]
 
 

@@ -10,7 +10,7 @@ from hindsight_recall.hookspecs import hookimpl
 from hindsight_recall.protocols import KeywordQuery
 from hindsight_recall.settings import plugin_settings
 from hindsight_recall.textsearch import INDEX, bigram_cjk_runs, query_terms
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
@@ -21,21 +21,48 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: The configuration every statement uses, bound from :meth:`NativeBackend.parameters`.
 _LANGUAGE = "CAST(:native_language AS regconfig)"
 
-# Document frequency per query lexeme, from the planner statistics of search_vector. Lexemes
-# missing from most_common_elems are rare, so they count as frequency 0.
-_TERM_FREQUENCIES = """
-WITH stats AS (
-    SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs
-    FROM pg_stats
-    WHERE schemaname = current_schema() AND tablename = 'memory_units' AND attname = 'search_vector'
-), terms AS (
-    SELECT t.ord, t.token, (tsvector_to_array(to_tsvector(CAST(:native_language AS regconfig), t.token)))[1] AS lexeme
-    FROM unnest(CAST(:tokens AS text[])) WITH ORDINALITY AS t(token, ord)
-)
-SELECT terms.ord, terms.token, terms.lexeme,
-       COALESCE((SELECT stats.freqs[array_position(stats.elems, terms.lexeme)] FROM stats), 0) AS freq
-FROM terms ORDER BY terms.ord
-"""
+#: The per-bank statistics of the query's terms (``term_stats``, kept by core at every write), and the
+#: terms kept: stopwords out, then terms in more than ``max_frequency`` of the memories (unless that
+#: leaves none), then the rarest ``max_terms`` (or the first, when not ``selective``; 0: all). ``N`` and
+#: ``df`` cover the bank's memories of every fact type searched; a term the parser reads as several
+#: lexemes (``foo_bar``) is as rare as its rarest lexeme. Tiers: the rarest terms whose summed ``df``
+#: fits in ``max_rows`` are "exact" (every memory holding one is scored); the others fill what is left
+#: of ``max_rows``, memories holding every one of them first (they score highest among the rest).
+_KEPT_TERMS = " ".join(line.strip() for line in """
+terms AS MATERIALIZED (
+    SELECT t.ord, t.term, q, tsvector_to_array(to_tsvector({language}, t.term)) AS lexemes
+    FROM unnest(CAST(:query_terms AS text[])) WITH ORDINALITY AS t(term, ord)
+    CROSS JOIN LATERAL to_tsquery({language}, quote_literal(t.term)) AS q
+    WHERE numnode(q) > 0),
+counts AS MATERIALIZED (
+    SELECT s.lexeme, sum(s.df) AS df FROM term_stats s
+    WHERE s.bank_id = :bank_id AND s.fact_type = ANY(CAST(:fact_types AS text[]))
+    AND s.lexeme = ANY(ARRAY(SELECT DISTINCT l FROM terms CROSS JOIN LATERAL unnest(terms.lexemes) AS l)
+                       || CAST('' AS text))
+    GROUP BY s.lexeme),
+stats AS MATERIALIZED (
+    SELECT terms.ord, terms.term, terms.q, d.df,
+           greatest(coalesce((SELECT c.df FROM counts c WHERE c.lexeme = ''), 0), d.df) AS n
+    FROM terms CROSS JOIN LATERAL (SELECT greatest(coalesce(min(coalesce(c.df, 0)), 0), 0) AS df
+        FROM unnest(terms.lexemes) AS l(lexeme) LEFT JOIN counts c ON c.lexeme = l.lexeme) AS d),
+specific AS MATERIALIZED (
+    SELECT * FROM stats WHERE df <= CAST(:native_max_frequency AS float8) * n
+    OR NOT EXISTS (SELECT 1 FROM stats s WHERE s.df <= CAST(:native_max_frequency AS float8) * s.n)),
+kept AS MATERIALIZED (
+    SELECT ord, term, q, df, n, CAST(ln(1 + (n - df + 0.5) / (df + 0.5)) AS float8) AS w,
+           sum(df) OVER (ORDER BY df, ord) AS reach
+    FROM (SELECT specific.*, row_number() OVER (
+              ORDER BY CASE WHEN CAST(:native_selective AS boolean) THEN df ELSE 0 END, ord) AS pick
+          FROM specific) AS picked
+    WHERE CAST(:native_max_terms AS int) = 0 OR pick <= CAST(:native_max_terms AS int)),
+tiers AS MATERIALIZED (
+    SELECT to_tsquery({language}, string_agg(quote_literal(term), ' | ' ORDER BY ord)
+               FILTER (WHERE CAST(:native_max_rows AS int) = 0 OR reach <= CAST(:native_max_rows AS int))) AS exact,
+           to_tsquery({language}, string_agg(quote_literal(term), ' & ' ORDER BY ord)
+               FILTER (WHERE CAST(:native_max_rows AS int) > 0 AND reach > CAST(:native_max_rows AS int))) AS every,
+           to_tsquery({language}, string_agg(quote_literal(term), ' | ' ORDER BY ord)
+               FILTER (WHERE CAST(:native_max_rows AS int) > 0 AND reach > CAST(:native_max_rows AS int))) AS common
+    FROM kept)""".splitlines()).strip()
 
 
 class NativeSettings(BaseSettings):
@@ -47,8 +74,11 @@ class NativeSettings(BaseSettings):
     language: str = "english"
     #: ``ts_rank`` (default) or ``ts_rank_cd``; see :class:`NativeBackend` for why not the latter.
     rank: Literal["ts_rank", "ts_rank_cd"] = "ts_rank"
-    #: Weigh each query term by its inverse document frequency among the memories the query can see.
+    #: Weigh each query term by its inverse document frequency in the bank (the fact types searched).
     idf: bool = True
+    #: At most this many matching memories are scored per query (0: all). Every memory holding one of
+    #: the rarest terms (as many as fit, by their counts) is scored; common terms fill what is left.
+    max_rows: int = Field(2000, ge=0)
 
     @field_validator("language")
     @classmethod
@@ -71,15 +101,19 @@ class NativeBackend:
 
     Neither function knows how common a term is, so a name found in every memory of a bank counts
     as much as a rare word. With ``idf`` (the default) a memory's score is instead the mean over the
-    query's terms of ``idf(t) × rank(memory, t)``, with the BM25 weight
-    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``: ``N`` the memories the query can see (bank,
-    filter, every fact type it searches) and ``df`` those among them containing ``t``, both counted
-    inside the arm's own statement (``df`` over its matches, which hold every memory containing a
-    query term).
+    kept query terms of ``idf(t) × rank(memory, t)``, with the BM25 weight
+    ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``: ``N`` the bank's memories of every fact type the
+    query searches and ``df`` those among them containing ``t``. Both are read from the counts core
+    keeps per bank at every write (``keeps_term_stats``, :mod:`hindsight_recall.store.term_stats`),
+    so no query counts the bank; they are bank-wide, so a tag or date filter narrows the matches but
+    not the weights. The same counts choose the terms (``BM25_MAX_TERM_FREQUENCY``,
+    ``BM25_MAX_QUERY_TERMS``) and bound the work: at most ``max_rows`` matches are scored.
     """
 
     name = "native"
     citus_compatible = True
+    # IDF weights and term selection read the per-bank counts core keeps at every write.
+    keeps_term_stats = True
     supports_cjk = True
     writes_search_vector = True
     # Built-in full text search: no extension beyond what every PostgreSQL ships.
@@ -122,7 +156,9 @@ class NativeBackend:
         return bigram_cjk_runs(document)
 
     def parameters(self) -> dict[str, Any]:
-        return {"native_language": self.language}
+        return {"native_language": self.language, "native_max_terms": self.max_terms,
+                "native_selective": self.selective, "native_max_frequency": self.max_frequency,
+                "native_max_rows": self.config.max_rows}
 
     def write_expression(self, document_sql: str) -> str:
         return f"to_tsvector({_LANGUAGE}, {document_sql})"
@@ -131,71 +167,41 @@ class NativeBackend:
         return f"to_tsquery({_LANGUAGE}, :query_text)"
 
     async def prepare_query(self, query: str, tokens: Sequence[str], conn: AsyncConnection) -> KeywordQuery | None:
+        # Which terms to keep is decided per bank, inside the arm's statement (see _KEPT_TERMS).
         terms = query_terms(tokens)
-        over_cap = bool(self.max_terms) and len(terms) > self.max_terms
-        if (over_cap and self.selective) or (self.max_frequency < 1 and len(terms) > 1):
-            terms = await self._select_terms(terms, conn)
-        if self.max_terms:
-            terms = terms[: self.max_terms]
         if not terms:
             return None
         # Terms hold only word characters; quoting each keeps to_tsquery from reading syntax.
         return KeywordQuery(" | ".join(f"'{t}'" for t in terms), tuple(terms))
 
-    async def _select_terms(self, terms: list[str], conn: AsyncConnection) -> list[str]:
-        """Drop terms in more than ``max_frequency`` of the rows, then keep the rarest ``max_terms``.
-
-        ts_rank has no IDF, so a term half the rows contain ranks them all on a par with a rare one,
-        and OR-ing it in makes the arm score every such row. A query of common terms only keeps them.
-        """
-        from sqlalchemy import text  # late: keeps the module import cheap
-
-        try:
-            async with conn.begin_nested():
-                rows = (await conn.execute(text(_TERM_FREQUENCIES), {**self.parameters(), "tokens": terms})).all()
-        except Exception:  # statistics are an optimisation: fall back to the first terms
-            return terms
-        words: list[Any] = [r for r in rows if r.lexeme]  # no lexeme: a stopword
-        specific = [r for r in words if r.freq <= self.max_frequency]
-        words = specific or words
-        if self.max_terms and self.selective:
-            words = sorted(words, key=lambda r: (r.freq, r.ord))[: self.max_terms]
-        return [r.token for r in sorted(words, key=lambda r: r.ord)]
-
     def arm_sql(self, *, columns: str, where: str) -> str:
-        if self.config.idf:
-            return self._idf_sql(columns, where)
-        rank = f"{self.config.rank}(search_vector, {self._tsquery()})"
-        return (
-            f"(SELECT {columns}, {rank} AS bm25_score FROM memory_units "
-            f"WHERE {where} AND search_vector @@ {self._tsquery()} AND {rank} >= :min_score "
-            f"ORDER BY bm25_score DESC, id LIMIT :limit)"
-        )
+        """The arm in one statement: term statistics, kept terms, matches, scores.
 
-    def _idf_sql(self, columns: str, where: str) -> str:
-        """The arm with IDF-weighted terms, in one statement: matches, counts, weights, scores.
-
-        ``N`` and ``df`` are counted over everything ``where`` lets the query see, i.e. every fact
-        type searched together: the arm's hits of all types are ranked in one list, so a term must
-        weigh the same in each (counted per type, a rare term weighed 2.6 among 20 observations
-        and 8.1 among 5,000 world facts). Every step is MATERIALIZED: inlined into the per-row
-        score, the counts ran once per matching row (hundreds of times slower).
+        The matches are one GIN scan for the exact tier, then, stopped at ``max_rows`` rows in all,
+        memories holding every common term and memories holding any; each match is scored once per
+        kept term. Nothing counts the bank.
         """
+        rank = self.config.rank
+        if self.config.idf:
+            # the mean over kept terms of idf(t) x rank(memory, t)
+            score = f"(SELECT sum(kept.w * {rank}(hits.hit_vector, kept.q)) / count(*) FROM kept)"
+        else:
+            anyterm = f"(SELECT to_tsquery({_LANGUAGE}, string_agg(quote_literal(term), ' | ')) FROM kept)"
+            score = f"{rank}(hits.hit_vector, {anyterm})"
+        match = (f"SELECT {columns}, search_vector AS hit_vector FROM memory_units "
+                 f"WHERE {where} AND search_vector @@ ")
+        not_exact = "AND NOT coalesce(search_vector @@ (SELECT exact FROM tiers), false) "
         return (
-            f"(WITH hits AS MATERIALIZED (SELECT {columns}, search_vector AS hit_vector "
-            f"FROM memory_units WHERE {where} AND search_vector @@ {self._tsquery()}), "
-            # one tsquery per term, each quoted as in :query_text so it reads as a word, never as syntax
-            "terms AS MATERIALIZED (SELECT DISTINCT q FROM unnest(CAST(:query_terms AS text[])) "
-            f"AS t(term) CROSS JOIN LATERAL to_tsquery({_LANGUAGE}, quote_literal(t.term)) AS q "
-            "WHERE numnode(q) > 0), "
-            f"visible AS MATERIALIZED (SELECT count(*) AS n FROM memory_units WHERE {where}), "
-            "weights AS MATERIALIZED (SELECT terms.q, "
-            "CAST(ln(1 + (visible.n - d.df + 0.5) / (d.df + 0.5)) AS float8) AS w "
-            "FROM terms CROSS JOIN visible CROSS JOIN LATERAL (SELECT count(*) AS df FROM hits "
-            "WHERE hits.hit_vector @@ terms.q) AS d), "
-            "scored AS MATERIALIZED (SELECT hits.*, "
-            f"(SELECT sum(w * {self.config.rank}(hits.hit_vector, q)) / count(*) FROM weights) "
-            "AS bm25_score FROM hits) "
+            f"(WITH {_KEPT_TERMS.format(language=_LANGUAGE)}, "
+            f"exact_hits AS MATERIALIZED ({match}(SELECT exact FROM tiers)), "
+            f"every_hits AS MATERIALIZED ({match}(SELECT every FROM tiers) {not_exact}"
+            "LIMIT greatest(CAST(:native_max_rows AS int) - (SELECT count(*) FROM exact_hits), 0)), "
+            "hits AS MATERIALIZED (SELECT * FROM exact_hits UNION ALL SELECT * FROM every_hits UNION ALL "
+            f"({match}(SELECT common FROM tiers) {not_exact}"
+            "AND NOT coalesce(search_vector @@ (SELECT every FROM tiers), false) "
+            "LIMIT greatest(CAST(:native_max_rows AS int) - (SELECT count(*) FROM exact_hits) "
+            "- (SELECT count(*) FROM every_hits), 0))), "
+            f"scored AS MATERIALIZED (SELECT hits.*, {score} AS bm25_score FROM hits) "
             f"SELECT {columns}, bm25_score FROM scored WHERE bm25_score >= :min_score "
             "ORDER BY bm25_score DESC, id LIMIT :limit)"
         )

@@ -251,7 +251,8 @@ class Engine:
         :param ids: the caller's memory ids (exact strings, as retained); unknown ids are ignored.
         """
         wanted = banks.validate_memory_ids(ids)
-        return await self._in_bank("forget", bank_id, lambda conn, bank: banks.forget(conn, bank, wanted))
+        return await self._in_bank("forget", bank_id,
+                                   lambda conn, bank: banks.forget(conn, bank, wanted, self.text_search))
 
     async def _in_bank(self, what: str, bank_id: str, call: Callable[[AsyncConnection, str], Awaitable[T]]) -> T:
         """``call(conn, bank_id)`` on one connection, the id checked first and driver errors made ours."""

@@ -163,7 +163,8 @@ class TextSearchBackend(Protocol):
     """SQL for one keyword-search extension: DDL, the write expression, query text and arm SQL.
 
     Statements bind ``:query_text`` and ``:query_terms`` (from :meth:`prepare_query`),
-    ``:min_score``, ``:limit`` and the backend's own :meth:`parameters`; core binds the rest.
+    ``:fact_types`` (every fact type the recall searches, a ``text[]``), ``:min_score``, ``:limit``
+    and the backend's own :meth:`parameters`; core binds the rest.
     """
 
     name: str
@@ -177,6 +178,10 @@ class TextSearchBackend(Protocol):
     #: Optional. :meth:`write_expression` fills ``search_vector``; false when the index covers the
     #: base columns and the column is a dummy.
     writes_search_vector: bool = True
+    #: Optional. The backend's SQL reads ``term_stats`` (per bank and fact type: memories, and
+    #: memories per ``search_vector`` lexeme; a ``tsvector`` column), so core keeps it at every write.
+    #: False (the default): core writes none, and the backend must not read it.
+    keeps_term_stats: bool = False
     #: Optional. The embedded server (PostgreSQL with pgvector and contrib) can host the backend, so
     #: the compliance suite runs without ``HINDSIGHT_TEST_DATABASE_URL_<NAME>``.
     runs_on_embedded_server: bool = False
@@ -223,7 +228,7 @@ class TextSearchBackend(Protocol):
 
         Core binds them in every statement holding the backend's :meth:`arm_sql` or
         :meth:`write_expression`, so options reach SQL as values, never as SQL text. Names must
-        not be core's (``bank_id``, ``query_text``, ``query_terms``, ``min_score``, ``limit``,
+        not be core's (``bank_id``, ``query_text``, ``query_terms``, ``fact_types``, ``min_score``, ``limit``,
         ``per_type``, ``filter_*``); the backend's name as a prefix (``native_language``) keeps
         them apart from names core may add. The default binds none.
         """

@@ -99,7 +99,9 @@ def keyword_query(prepared: KeywordQuery | str | None) -> KeywordQuery | None:
 
 
 #: Parameter names core binds next to a backend's SQL (tag filters add ``filter_*``).
-CORE_PARAMETERS = frozenset({"bank_id", "query_text", "query_terms", "min_score", "limit", "per_type"})
+CORE_PARAMETERS = frozenset({
+    "bank_id", "query_text", "query_terms", "fact_types", "min_score", "limit", "per_type",
+})
 
 
 def backend_parameters(backend: TextSearchBackend) -> dict[str, Any]:

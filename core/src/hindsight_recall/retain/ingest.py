@@ -26,7 +26,7 @@ from ..errors import RetainError
 from ..limits import int32_problem
 from ..protocols import EmbeddingProvider, TextSearchBackend
 from ..settings import Settings
-from ..store import banks
+from ..store import banks, term_stats
 from ..store._bincopy import driver_connection
 from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
@@ -324,6 +324,8 @@ class Ingestor:
                                                      indexed, places[i]))
         # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
         upsert = "" if fresh else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
+        if not fresh:
+            await term_stats.count_out(conn, self.backend, bank_id, ids)
         await conn.execute(text(
             f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector, updated_at) "
             f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
@@ -332,6 +334,7 @@ class Ingestor:
             f"{self.backend.write_expression('document')}, now() "
             f"FROM retain_stage{upsert}"
         ), self._backend_params)
+        await term_stats.count_in(conn, self.backend, bank_id, None if fresh else ids)
         if not fresh:
             await conn.execute(text(
                 "DELETE FROM observation_sources WHERE bank_id = :bank "

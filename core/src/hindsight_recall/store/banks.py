@@ -13,7 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import InvalidRequest
 from ..limits import unicode_problem
+from ..protocols import TextSearchBackend
 from ..settings import BankSettings
+from . import term_stats
 
 MAX_BANK_ID = 256
 
@@ -122,6 +124,7 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
         return False
     for table in ("memory_links", "observation_sources"):
         await conn.execute(text(f"DELETE FROM {table} WHERE bank_id = :bank"), {"bank": bank_id})
+    await term_stats.delete_bank(conn, bank_id)
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
     return True
 
@@ -158,11 +161,14 @@ async def bank_stats(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | No
     }
 
 
-async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str]) -> int:
+async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str],
+                 backend: TextSearchBackend | None = None) -> int:
     """Remove a bank's memories by caller id with their links, entity pairs and observation sources.
 
     Chunks and entities no other memory of the bank uses go too; observations citing a removed
     memory lose it from their sources. Returns how many memories were removed.
+
+    :param backend: the text-search backend, whose term statistics (if it keeps them) lose the memories.
     """
     # the same bank-row lock as delete_bank: no retain in flight can link to a removed memory
     found = await conn.scalar(text("SELECT 1 FROM banks WHERE bank_id = :bank FOR UPDATE"), {"bank": bank_id})
@@ -187,6 +193,7 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
         "WHERE bank_id = :bank AND source_memory_ids && CAST(:ids AS uuid[])",
     ):
         await conn.execute(text(statement), params)
+    await term_stats.count_out(conn, backend, bank_id, ids)
     chunk_ids = [c for c in (await conn.execute(text(
         "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id"
     ), params)).scalars() if c]

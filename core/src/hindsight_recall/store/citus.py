@@ -29,7 +29,8 @@ BANK_KEYED_JOINS = (
     ("observation_sources", "observation_id"),
 )
 #: distributed by bank_id, in this order (the first one anchors the colocation group)
-DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources")
+DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources",
+               "term_stats")
 #: small global tables, copied to every node
 REFERENCE = ("hindsight_meta", "hindsight_migrations")
 #: table -> its primary key on Citus (the bank column is part of every key)

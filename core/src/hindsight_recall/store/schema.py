@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
+from . import term_stats
 from .citus import distribute, has_citus, key_by_bank
 
 if TYPE_CHECKING:
@@ -273,10 +274,16 @@ async def _v9_rows(upgrade: Upgrade) -> None:
     })
 
 
+def _v10(dimensions: int) -> list[str]:
+    # The keyword arm's IDF weights and term selection read per-bank counts kept at every write,
+    # instead of counting the bank's matches on every query (see store/term_stats.py).
+    return term_stats.table_statements()
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10,
 }
 
 
@@ -291,7 +298,9 @@ DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _
 #: version -> work on existing rows run after that version's transaction and before it is recorded:
 #: row rewrites in batches, indexes built concurrently, so recalls and retains go on meanwhile. Each
 #: step is idempotent: an upgrade stopped half-way resumes at the next start.
-ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {8: _v8_rows, 9: _v9_rows}
+ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {
+    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill,
+}
 
 
 class Upgrade:
@@ -303,10 +312,11 @@ class Upgrade:
 
     :param conn: an autocommit connection without statement timeout, or a connection in a transaction.
     :param online: batch, defer and build ``CONCURRENTLY`` (needs autocommit).
+    :param backend: the selected text-search backend, for row work that depends on it.
     """
 
-    def __init__(self, conn: AsyncConnection, online: bool) -> None:
-        self.conn, self.online = conn, online
+    def __init__(self, conn: AsyncConnection, online: bool, backend: TextSearchBackend | None = None) -> None:
+        self.conn, self.online, self.backend = conn, online, backend
         self.pending: dict[str, str] = {}
 
     async def execute(self, statement: str, params: dict[str, Any] | None = None) -> None:
@@ -385,12 +395,13 @@ async def migrate(db: Database, dimensions: int, backend: TextSearchBackend) -> 
             online: list[int] = []
             started = time.perf_counter()
             for version in sorted(MIGRATIONS):
-                if version in done or await _apply(db, version, dimensions):
+                if version in done or await _apply(db, version, dimensions, backend):
                     continue
                 if upgrade is None:
                     log.warning("upgrading the schema: rewriting rows in batches, then building indexes "
                                 "concurrently; other processes' recalls and retains go on meanwhile")
-                    upgrade = Upgrade(await stack.enter_async_context(db.maintenance()), online=True)
+                    upgrade = Upgrade(await stack.enter_async_context(db.maintenance()), online=True,
+                                      backend=backend)
                 await ROW_MIGRATIONS[version](upgrade)
                 online.append(version)
             if upgrade is not None:
@@ -417,7 +428,7 @@ def _check_version(done: set[int]) -> None:
         )
 
 
-async def _apply(db: Database, version: int, dimensions: int) -> bool:
+async def _apply(db: Database, version: int, dimensions: int, backend: TextSearchBackend) -> bool:
     """One version's DDL in a transaction; True when it is done (and recorded), False when its row
     work is left to do online because the table holds rows."""
     row_work = ROW_MIGRATIONS.get(version)
@@ -430,7 +441,7 @@ async def _apply(db: Database, version: int, dimensions: int) -> bool:
         if row_work is not None:
             if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM memory_units)")):
                 return False
-            await row_work(Upgrade(conn, online=False))
+            await row_work(Upgrade(conn, online=False, backend=backend))
         await _record(conn, version)
     return True
 

@@ -33,7 +33,8 @@ class KeywordRetriever:
             if query is None:
                 return []
             params = {**base_params(ctx), **backend_parameters(backend), "query_text": query.text,
-                      "query_terms": list(query.terms), "min_score": floor, "limit": ctx.limit}
+                      "query_terms": list(query.terms), "fact_types": list(ctx.fact_types), "min_score": floor,
+                      "limit": ctx.limit}
             if backend.ranks_every_match and len(ctx.fact_types) > 1:
                 # every fact type in one pass: LIMIT NULL lets the backend's statement return all matches
                 return await run_union(conn, self.name, ctx, [_one_pass_sql(backend.arm_sql, ctx)],
