@@ -219,3 +219,35 @@ async def test_the_seeds_scale_with_the_budget(engine: Engine, bank: str) -> Non
 
     # B/15 seeds, 20 at the mid budget, at least 5: each seed reaches its hall
     assert [await reached(b) for b in (30, 150, 300, 600)] == [5, 10, 20, 40]
+
+
+async def test_composed_with_the_semantic_arm_it_searches_the_vectors_once(engine: Engine, music: str) -> None:
+    from hindsight_recall.recall.arms._ann import AnnSettings
+    from hindsight_recall.recall.arms._compose import composable, run_composed
+    from hindsight_recall.recall.arms.semantic import SemanticRetriever
+
+    query, types = INSTRUMENT, ("world", "observation")
+    _, alone = await expand(engine, music, query, types=types, limit=50)
+    ctx = RetrievalContext(
+        bank_id=music, query=query, tokens=query_tokens(query),
+        embedding=(await engine.embedder.embed([query], mode="query"))[0], fact_types=types, limit=50,
+        filter=tag_filter(None, "any"), settings=engine.settings, db=engine.db.limited(4),
+        text_search=engine.text_search, now=datetime.now(UTC),
+    )
+    semantic, graph = SemanticRetriever(engine.settings), GraphRetriever(engine.settings)
+    statements = [semantic.statement(ctx), graph.statement(ctx)]
+    assert composable(statements) and statements[1].ctes == statements[0].ctes
+    sql = " ".join(statements[1].subselects)
+    assert "<=>" not in sql and "FROM nearest_world" in sql  # the seeds read the semantic arm's list
+    composed = await run_composed(ctx, statements, AnnSettings())
+    semantic_alone = await semantic.retrieve(ctx)
+
+    def ranked(results: list[ArmResult], arm: str) -> dict[str, list[tuple[str, float]]]:
+        return {r.fact_type: [(h.row.external_id, round(h.score, 6)) for h in r.hits] for r in results if r.arm == arm}
+
+    assert ranked(composed, "graph") == ranked(alone, "graph") and ranked(alone, "graph")["world"]
+    assert ranked(composed, "semantic") == ranked(semantic_alone, "semantic")
+    # a semantic floor above the seeds' own: the seeds are no prefix of its list, so the arm searches them
+    strict = GraphRetriever(engine.settings).statement(
+        RetrievalContext(**{**ctx.__dict__, "min_semantic": 0.9}))
+    assert not strict.ctes and "<=>" in " ".join(strict.subselects)

@@ -73,6 +73,21 @@ class ArmStatement:
     ann: Mapping[str, str] = field(default_factory=dict)
     #: seconds the arm allows itself; past it the arms run apart (the arm's own fallback applies)
     timeout: float | None = None
+    #: named common table expressions the sub-selects read, ``{name: "(SELECT ...)"}``. Composed arms
+    #: that declare one with the same name and text share it: the semantic arm's nearest memories are
+    #: also the graph arm's seeds, searched once.
+    ctes: Mapping[str, str] = field(default_factory=dict)
+
+    def sql(self) -> str:
+        """The statement on its own: its CTEs, then the UNION ALL of its sub-selects."""
+        return with_ctes(self.ctes, " UNION ALL ".join(self.subselects))
+
+
+def with_ctes(ctes: Mapping[str, str], body: str) -> str:
+    """``body`` preceded by ``WITH`` and the named CTEs (none: ``body`` itself)."""
+    if not ctes:
+        return body
+    return "WITH " + ", ".join(f"{name} AS {sql}" for name, sql in ctes.items()) + " " + body
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,19 @@ from typing import Any
 from sqlalchemy import text
 
 from ...protocols import ArmStatement as ArmStatement  # re-exported: the arms import it from here
-from ...protocols import RetrievalContext
+from ...protocols import RetrievalContext, with_ctes
 from ...types import ArmResult, Hit
 from ._ann import AnnSettings
 from ._rows import row_from
 
 
 def composable(statements: Sequence[ArmStatement]) -> bool:
-    """True when every shared parameter name and ``hnsw.*`` setting has one value across the arms."""
+    """True when every shared parameter name, ``hnsw.*`` setting and CTE name has one value across the arms."""
     params: dict[str, Any] = {}
     ann: dict[str, str] = {}
+    ctes: dict[str, str] = {}
     for st in statements:
-        for merged, own in ((params, st.params), (ann, st.ann)):
+        for merged, own in ((params, st.params), (ann, st.ann), (ctes, st.ctes)):
             for key, value in own.items():
                 if key in merged and merged[key] != value:
                     return False
@@ -41,9 +42,11 @@ async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement]
 
     Every sub-select keeps its own ORDER BY and LIMIT; a leading arm index (a literal from this
     code, not a value) tells the rows apart, and each arm's score is its sub-select's last column.
+    CTEs of the same name are one CTE (:func:`composable` checked they agree).
     """
     parts = [f"SELECT {i} AS arm_index, q.* FROM {sub} AS q"
              for i, st in enumerate(statements) for sub in st.subselects]
+    ctes = {name: sql for st in statements for name, sql in st.ctes.items()}
     params = {k: v for st in statements for k, v in st.params.items()}
     wanted = {k: v for st in statements for k, v in st.ann.items()}
     timeouts = [st.timeout for st in statements if st.timeout is not None]
@@ -52,7 +55,7 @@ async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement]
             if wanted:
                 await ann.apply(conn, wanted)
             started = time.perf_counter()
-            result = await conn.execute(text(" UNION ALL ".join(f"({p})" for p in parts)), params)
+            result = await conn.execute(text(with_ctes(ctes, " UNION ALL ".join(f"({p})" for p in parts))), params)
             complete = "text" in tuple(result.keys())
             rows = result.all()
             duration = time.perf_counter() - started

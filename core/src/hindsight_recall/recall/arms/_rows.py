@@ -19,6 +19,25 @@ COLUMNS = ARM_COLUMNS
 DISTANCE = "(embedding <=> CAST(:embedding AS vector))"
 
 
+def nearest_sql(where: str, *, limit: str = "limit", floor: str = "floor") -> str:
+    """A sub-select of the ``:limit`` memories matching ``where`` nearest the query vector, kept when
+    their ``similarity`` is at least ``:floor``, nearest first.
+
+    The floor is applied after the LIMIT, not inside the scan: in distance order it cuts the same rows,
+    but inside an HNSW scan it is a filter, and a query with no memory above the floor then walked
+    ``ANN_MAX_SCAN_TUPLES`` rows before giving up (6,500 rejected rows, 40 ms at 100k).
+
+    :param where: the predicate (``RetrievalContext.where`` and any more conditions).
+    :param limit: the name of the parameter bound to the row limit.
+    :param floor: the name of the parameter bound to the least similarity.
+    """
+    return (
+        f"(SELECT * FROM (SELECT {COLUMNS}, 1 - {DISTANCE} AS similarity FROM memory_units "
+        f"WHERE {where} AND embedding IS NOT NULL ORDER BY {DISTANCE} LIMIT :{limit}) AS nearest "
+        f"WHERE similarity >= :{floor} ORDER BY similarity DESC)"
+    )
+
+
 def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
     """Map a result row of ``ROW_COLUMNS`` (complete) or :data:`COLUMNS` (incomplete) to a :class:`MemoryRow`.
 

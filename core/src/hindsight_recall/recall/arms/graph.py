@@ -43,8 +43,8 @@ from ...types import ArmResult
 from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._compose import ArmStatement
-from ._rows import COLUMNS, DISTANCE, base_params, run_union, where_for
-from .semantic import ef_search, vector_literal
+from ._rows import COLUMNS, base_params, nearest_sql, run_union, where_for
+from .semantic import ef_search, nearest, nearest_params, semantic_floor, vector_literal
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +84,22 @@ class GraphRetriever:
     def statement(self, ctx: RetrievalContext) -> ArmStatement:
         """The arm as one composable statement (see :mod:`._compose`); the entity part included.
 
+        The seeds are the first of the semantic arm's nearest memories (the CTEs of
+        :func:`.semantic.nearest`, shared when the two arms run as one statement), so the vector
+        index is searched once per fact type instead of twice. That needs the seeds to be a prefix
+        of that list: a floor at most the seeds' own and a limit at least theirs; else the arm
+        searches its seeds itself.
+
         :param ctx: the recall's retrieval context.
         """
-        statements = [expansion_sql(ctx, ft) for ft in ctx.fact_types]
+        ctes = nearest(ctx)
+        shared = semantic_floor(ctx) <= ctx.settings.graph_seed_min_similarity and seed_limit(ctx) <= ctx.limit
+        statements = [expansion_sql(ctx, ft, seeds_from=f"nearest_{ft}" if shared else None)
+                      for ft in ctx.fact_types]
+        params = {**statements[0][1], **(nearest_params(ctx) if shared else {})}
         ann = hnsw_settings(ef_search(ctx.limit), ctx.settings) if ctx.indexed else {}
-        return ArmStatement(self.name, [f"({sql})" for sql, _ in statements], statements[0][1], ann,
-                            ctx.settings.link_expansion_timeout)
+        return ArmStatement(self.name, [f"({sql})" for sql, _ in statements], params, ann,
+                            ctx.settings.link_expansion_timeout, ctes=ctes if shared else {})
 
     async def _run(
         self, ctx: RetrievalContext, *, entities: bool, timeout: float | None
@@ -108,14 +118,22 @@ class GraphRetriever:
                 return await run_union(conn, self.name, ctx, subselects, statements[0][1], "graph_score")
 
 
+def seed_limit(ctx: RetrievalContext) -> int:
+    """Seeds per fact type: B/15 (20 at the mid budget), at least 5."""
+    return scaled(SEEDS_AT_MID, ctx.limit, floor=5)
+
+
 def expansion_sql(
-    ctx: RetrievalContext, fact_type: str, *, entities: bool = True
+    ctx: RetrievalContext, fact_type: str, *, entities: bool = True, seeds_from: str | None = None
 ) -> tuple[str, dict[str, Any]]:
     """The statement (and its parameters) that expands one fact type.
 
     :param ctx: the recall's retrieval context.
     :param fact_type: the fact type to expand (a validated enum value).
     :param entities: include the entity part (left out on the rerun after a timeout).
+    :param seeds_from: a CTE of the fact type's nearest memories, nearest first, with ``id``,
+        ``source_memory_ids`` and ``similarity`` (:func:`.semantic.nearest`); the seeds are read from
+        it instead of searched.
     """
     s = ctx.settings
     where = where_for(ctx, fact_type)
@@ -123,7 +141,7 @@ def expansion_sql(
     guard = s.link_expansion_max_entity_fraction < 1
     params: dict[str, Any] = {
         **base_params(ctx), "embedding": vector_literal(ctx.embedding),
-        "seed_floor": s.graph_seed_min_similarity, "seed_limit": scaled(SEEDS_AT_MID, ctx.limit, floor=5),
+        "seed_floor": s.graph_seed_min_similarity, "seed_limit": seed_limit(ctx),
         "limit": ctx.limit,
         # one row past the cap tells a saturated entity apart from one that just fills it
         "entity_fetch": cap + 1 if guard else cap, "per_entity": cap,
@@ -131,10 +149,15 @@ def expansion_sql(
         # counting further cannot change the verdict: reach <= cap + 1 <= fraction × this
         "visible_cap": math.ceil((cap + 1) / s.link_expansion_max_entity_fraction) + 1,
     }
+    seeds = (
+        f"SELECT id AS seed_id, source_memory_ids AS seed_sources FROM {seeds_from} "
+        "WHERE similarity >= :seed_floor ORDER BY similarity DESC, id LIMIT :seed_limit"
+        if seeds_from else
+        "SELECT id AS seed_id, source_memory_ids AS seed_sources FROM "
+        f"{nearest_sql(where, limit='seed_limit', floor='seed_floor')} AS nearest"
+    )
     ctes = [
-        f"seeds AS MATERIALIZED (SELECT id AS seed_id, source_memory_ids AS seed_sources FROM memory_units "
-        f"WHERE {where} AND embedding IS NOT NULL AND 1 - {DISTANCE} >= :seed_floor "
-        f"ORDER BY {DISTANCE} LIMIT :seed_limit)",
+        f"seeds AS MATERIALIZED ({seeds})",
         "semantic_hits AS (SELECT cand_id, max(weight) AS w FROM ("
         "SELECT l.to_unit_id AS cand_id, l.weight FROM memory_links l "
         "JOIN seeds ON l.from_unit_id = seeds.seed_id WHERE l.bank_id = :bank_id AND l.link_type = 'semantic' "

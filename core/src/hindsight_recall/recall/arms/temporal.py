@@ -35,7 +35,7 @@ from ...store.schema import OCCURRED_RANGE
 from ...types import ArmResult, Hit, MemoryRow, TimeWindow
 from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
-from ._rows import COLUMNS, DISTANCE, base_params, row_from, run_union, where_for
+from ._rows import COLUMNS, DISTANCE, base_params, nearest_sql, row_from, run_union, where_for
 from .semantic import ef_search, vector_literal
 
 #: the pool per fact type at the mid budget (B = 300); it scales with B (budget.scaled)
@@ -259,11 +259,7 @@ class TemporalRetriever:
 
 
 def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
-    return (
-        f"(SELECT {COLUMNS}, 1 - {DISTANCE} AS similarity FROM memory_units "
-        f"WHERE {where_for(ctx, fact_type)} AND embedding IS NOT NULL AND {_TOUCHES_WINDOW} "
-        f"AND 1 - {DISTANCE} >= :floor ORDER BY {DISTANCE} LIMIT :limit)"
-    )
+    return nearest_sql(f"{where_for(ctx, fact_type)} AND {_TOUCHES_WINDOW}")
 
 
 def _neighbours_sql(ctx: RetrievalContext) -> str:
