@@ -79,9 +79,10 @@ async def _nearest(engine: Engine, ctx: RetrievalContext, *, index_only: bool = 
 async def _exact(engine: Engine, bank_id: str, vector: np.ndarray) -> list[Any]:
     async with engine.db.connect() as conn:
         await conn.execute(text("SET LOCAL enable_indexscan = off"))
-        return list((await conn.execute(text(
+        rows = await conn.execute(text(
             "SELECT id FROM memory_units WHERE bank_id = :b AND fact_type = 'world' "
-            "ORDER BY embedding <=> CAST(:v AS vector) LIMIT 10"), {"b": bank_id, "v": str(vector.tolist())})).scalars())
+            "ORDER BY embedding <=> CAST(:v AS vector) LIMIT 10"), {"b": bank_id, "v": str(vector.tolist())})
+        return list(rows.scalars())
 
 
 async def test_bulk_load_past_the_threshold_claims_a_slot_and_builds_its_index_after(slotted: Engine) -> None:

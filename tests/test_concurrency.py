@@ -81,7 +81,7 @@ async def _catalog(engine: Engine) -> tuple[int, int]:
 
 async def test_bank_reaching_the_threshold_moves_into_the_shared_index(engine: Engine, monkeypatch) -> None:
     monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 100)
-    monkeypatch.setattr(engine._ingestor.settings, "vector_index_slots", 0)  # no index of its own (tests/test_bulk_index.py)
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_slots", 0)  # slots: test_bulk_index.py
     data = _banks(1, 160, seed=13)
     (bank_id, (memories, vectors)), = data.items()
     await _load(engine, bank_id, memories[:60], vectors[:60])
