@@ -228,3 +228,15 @@ def test_placement_predicates() -> None:
     assert ann.Placement(shared=True).predicate("m") == "m.ann"
     assert ann.Placement(slot=3).predicate() == "ann_slot = 3"
     assert set(ann.slot_indexes(2)) == {"idx_mu_slot2_world", "idx_mu_slot2_experience", "idx_mu_slot2_observation"}
+
+
+async def test_a_failed_bulk_load_builds_again_the_indexes_it_dropped(slotted: Engine) -> None:
+    from hindsight_recall.errors import RetainError
+
+    memories, vectors = _data(600, seed=43)
+    await _load(slotted, "b", memories[:300], vectors[:300])
+    broken = [*memories[300:-1], replace(memories[-1], causes=("not-in-the-bank",))]
+    with pytest.raises(RetainError, match="not-in-the-bank"):
+        await _load(slotted, "b", broken, vectors[300:])
+    where, flags, built = await _state(slotted, "b")
+    assert where.slot == 1 and flags == {(False, 1): 300} and all(built[name] for name in ann.slot_indexes(1))

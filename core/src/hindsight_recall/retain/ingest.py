@@ -172,8 +172,37 @@ class Ingestor:
         else:
             vectors = self._given(batches, embeddings)
         stats.embedding_seconds = time.perf_counter() - t0
-        await ann.before_load(self.db, {b: len(ms) for b, ms in batches.items()}, self.settings)
-        slots: set[int] = set()
+        # slots whose indexes were dropped for this load: built again after it, even if it fails
+        slots = await ann.before_load(self.db, {b: len(ms) for b, ms in batches.items()}, self.settings)
+        try:
+            table_rows = await self._write(batches, vectors, lines, stats, slots)
+        except Exception:
+            await self._build(slots)
+            raise
+        stats.index_build_seconds = await self._build(slots)
+        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
+        # cluster: the workers' autovacuum looks after their shards instead.
+        if not self.db.citus and needs_maintenance(stats.memories, table_rows):
+            # What autovacuum would do within a minute of a bulk load, done before the first recall:
+            # statistics for the keyword arm's term frequencies, and visibility maps, without which
+            # the graph arm's index-only walks over entity pairs fetch every heap row.
+            t1 = time.perf_counter()
+            try:
+                async with ann.maintenance_turn(self.db):  # never beside an index build: they deadlock
+                    await self.db.vacuum_analyze(MAINTAINED_TABLES)
+            except Exception as exc:  # the memories are committed; this only speeds up recall
+                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
+            stats.maintenance_seconds = time.perf_counter() - t1
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    async def _write(
+        self, batches: Mapping[str, Sequence[Memory]], vectors: np.ndarray, lines: Mapping[str, Sequence[int]] | None,
+        stats: RetainStats, slots: set[int],
+    ) -> float:
+        """Every bank's rows in one transaction; once it commits, adds the slots they went into to
+        ``slots``. Returns the planner's estimate of the table's rows."""
+        placed: set[int] = set()
         async with self.db.connect() as conn:
             # Retains into one bank queue here (in bank order, so two calls never wait on each other
             # in a cycle); retains into different banks never wait at all. The lock keeps a bank's
@@ -187,32 +216,23 @@ class Ingestor:
                 where = await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
                                                 (lines or {}).get(bank_id), stats)
                 if where.slot is not None:
-                    slots.add(where.slot)
+                    placed.add(where.slot)
                 offset += len(memories)
             # the planner's estimate of the table's rows
             table_rows = await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
+        slots |= placed
+        return float(table_rows or 0)
+
+    async def _build(self, slots: set[int]) -> float:
+        """Build the slots' missing HNSW indexes; seconds spent."""
         try:
-            stats.index_build_seconds = await ann.build(self.db, slots)
+            return await ann.build(self.db, slots)
         except Exception as exc:  # the memories are committed and found by exact scans meanwhile
             log.warning("building the HNSW indexes of slots %s failed; the next load or start "
                         "builds them: %s", sorted(slots), exc)
-        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
-        # cluster: the workers' autovacuum looks after their shards instead.
-        if not self.db.citus and needs_maintenance(offset, float(table_rows or 0)):
-            # What autovacuum would do within a minute of a bulk load, done before the first recall:
-            # statistics for the keyword arm's term frequencies, and visibility maps, without which
-            # the graph arm's index-only walks over entity pairs fetch every heap row.
-            t1 = time.perf_counter()
-            try:
-                async with ann.maintenance_turn(self.db):  # never beside an index build: they deadlock
-                    await self.db.vacuum_analyze(MAINTAINED_TABLES)
-            except Exception as exc:  # the memories are committed; this only speeds up recall
-                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
-            stats.maintenance_seconds = time.perf_counter() - t1
-        stats.seconds = time.perf_counter() - started
-        return stats
+            return 0.0
 
     def _given(self, batches: Mapping[str, Sequence[Memory]], embeddings: Mapping[str, Any]) -> np.ndarray:
         """Check caller-given vectors (one per memory, the model's dimension); stack them in batch order."""

@@ -171,37 +171,41 @@ async def _claim(conn: AsyncConnection, bank_id: str, slots: int) -> int | None:
     return None
 
 
-async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings) -> None:
+async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings) -> set[int]:
     """Before a retain's transaction: drop the indexes its rows should not enter one by one.
 
     A bulk load (``REBUILD_MIN_ROWS`` or more) into a slotted bank it grows by 1/``REBUILD_RATIO`` or
     more drops that slot's indexes (rebuilt after the commit); one into a bank that may claim a slot
     drops the indexes left by deleted banks. ``DROP INDEX CONCURRENTLY``: nothing is locked for long.
+    Returns the slots of banks whose indexes were dropped (for :func:`build` after the load).
     """
     if not settings.vector_index_slots or db.citus:
-        return
+        return set()
     bulk = {bank: n for bank, n in sizes.items() if n >= REBUILD_MIN_ROWS}
     if not bulk:
-        return
+        return set()
     drop: set[int] = set()
+    rebuild: set[int] = set()
     async with db.connect() as conn:
         orphans = False
         for bank_id, n in bulk.items():
             current = await placement(conn, bank_id)
             if current.slot is not None:
                 if await _rows(conn, bank_id, n * REBUILD_RATIO) < n * REBUILD_RATIO:
-                    drop.add(current.slot)
+                    rebuild.add(current.slot)
             elif not current.shared:
                 orphans = True
         built = await index_state(conn)
         if orphans:
             drop |= {_slot_of(name) for name in built} - await _held(conn)
+    drop |= rebuild
     names = [name for slot in sorted(drop) for name in slot_indexes(slot) if name in built]
     if names:
         async with maintenance_turn(db) as conn:
             for name in names:
                 await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
         log.info("dropped %d HNSW indexes before a bulk load; rebuilt after it", len(names))
+    return rebuild
 
 
 async def build(db: Database, slots: Collection[int]) -> float:
