@@ -184,7 +184,6 @@ async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings
     bulk = {bank: n for bank, n in sizes.items() if n >= REBUILD_MIN_ROWS}
     if not bulk:
         return set()
-    drop: set[int] = set()
     rebuild: set[int] = set()
     async with db.connect() as conn:
         orphans = False
@@ -196,15 +195,18 @@ async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings
             elif not current.shared:
                 orphans = True
         built = await index_state(conn)
+        orphans = orphans and bool(_orphans(built, await _held(conn)))
+    if not orphans and not any(name in built for slot in rebuild for name in slot_indexes(slot)):
+        return rebuild
+    async with maintenance_turn(db) as conn:
+        # again, in turn: a slot claimed meanwhile may be building its indexes
+        built = await index_state(conn)
+        names = [name for slot in sorted(rebuild) for name in slot_indexes(slot) if name in built]
         if orphans:
-            drop |= {_slot_of(name) for name in built} - await _held(conn)
-    drop |= rebuild
-    names = [name for slot in sorted(drop) for name in slot_indexes(slot) if name in built]
-    if names:
-        async with maintenance_turn(db) as conn:
-            for name in names:
-                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-        log.info("dropped %d HNSW indexes before a bulk load; rebuilt after it", len(names))
+            names += _orphans(built, await _held(conn))
+        for name in names:
+            await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+    log.info("dropped HNSW indexes %s before a bulk load", names)
     return rebuild
 
 
@@ -214,13 +216,15 @@ async def build(db: Database, slots: Collection[int]) -> float:
     if not slots:
         return 0.0
     async with db.connect() as conn:
-        built = await index_state(conn)
-    todo = {name: body for slot in sorted(set(slots)) for name, body in slot_indexes(slot).items()
-            if not built.get(name, False)}
-    if not todo:
-        return 0.0
+        if not _missing(await index_state(conn), slots):
+            return 0.0
     started = time.perf_counter()
     async with maintenance_turn(db) as conn:
+        # again, in turn: an index that was being built (INVALID until done) may be valid by now
+        built = await index_state(conn)
+        todo = _missing(built, slots)
+        if not todo:
+            return 0.0
         await raise_maintenance_memory(conn)
         for name, body in todo.items():
             if name in built:
@@ -231,20 +235,32 @@ async def build(db: Database, slots: Collection[int]) -> float:
     return seconds
 
 
+def _missing(built: Mapping[str, bool], slots: Collection[int]) -> dict[str, str]:
+    """The slots' indexes that are not there or not valid: name -> body."""
+    return {name: body for slot in sorted(set(slots)) for name, body in slot_indexes(slot).items()
+            if not built.get(name, False)}
+
+
+def _orphans(built: Mapping[str, bool], held: Collection[int]) -> list[str]:
+    """Slot indexes of slots no bank holds (left by deleted banks)."""
+    return [name for name in built if _slot_of(name) not in held]
+
+
 async def repair(db: Database) -> None:
     """At start: drop the slot indexes no bank holds and build the held slots' missing or INVALID
     ones (a load or build that was interrupted)."""
     if db.citus:
         return
     async with db.connect() as conn:
-        built = await index_state(conn)
-        held = await _held(conn)
-    orphans = [name for name in built if _slot_of(name) not in held]
-    if orphans:
-        async with maintenance_turn(db) as conn:
-            for name in orphans:
-                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-    if any(not built.get(name, False) for slot in held for name in slot_indexes(slot)):
+        built, held = await index_state(conn), await _held(conn)
+    if not _orphans(built, held) and not _missing(built, held):
+        return
+    async with maintenance_turn(db) as conn:
+        # again, in turn: a slot claimed meanwhile may be building its indexes
+        built, held = await index_state(conn), await _held(conn)
+        for name in _orphans(built, held):
+            await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+    if _missing(built, held):
         log.warning("building the HNSW indexes of slots %s, left unbuilt by an interrupted load", sorted(held))
         await build(db, held)
 
