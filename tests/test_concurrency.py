@@ -81,6 +81,7 @@ async def _catalog(engine: Engine) -> tuple[int, int]:
 
 async def test_bank_reaching_the_threshold_moves_into_the_shared_index(engine: Engine, monkeypatch) -> None:
     monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 100)
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_slots", 0)  # slots: test_bulk_index.py
     data = _banks(1, 160, seed=13)
     (bank_id, (memories, vectors)), = data.items()
     await _load(engine, bank_id, memories[:60], vectors[:60])
@@ -100,6 +101,7 @@ async def test_bank_reaching_the_threshold_moves_into_the_shared_index(engine: E
 
 async def test_threshold_zero_indexes_a_new_bank_at_once(engine: Engine, monkeypatch) -> None:
     monkeypatch.setattr(engine._ingestor.settings, "vector_index_min_rows", 0)
+    monkeypatch.setattr(engine._ingestor.settings, "vector_index_slots", 0)
     (bank_id, (memories, vectors)), = _banks(1, 20, seed=14).items()
     await _load(engine, bank_id, memories, vectors)
     async with engine.db.connect() as conn:

@@ -90,6 +90,9 @@ def test_where_scopes_to_the_bank_and_adds_the_index_predicate_for_indexed_banks
     small, large = RetrievalContext(**base), RetrievalContext(**base, indexed=True)
     assert small.where("world") == "bank_id = :bank_id AND fact_type = 'world' AND tags && :filter_tags"
     assert large.where("world") == "bank_id = :bank_id AND fact_type = 'world' AND ann AND tags && :filter_tags"
+    # a bank with HNSW indexes of its own (a slot) names the slot: only that predicate matches them
+    own = RetrievalContext(**base, indexed=True, ann_slot=3)
+    assert own.where("world") == "bank_id = :bank_id AND fact_type = 'world' AND ann_slot = 3 AND tags && :filter_tags"
     assert small.params() == {"bank_id": "b", "filter_tags": ["x"]}
     with pytest.raises(ValueError, match="fact types"):
         small.where("world' OR TRUE --")

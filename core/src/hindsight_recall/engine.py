@@ -22,7 +22,7 @@ from .recall.rerank import RerankStage
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
-from .store import banks, listing, token_counts
+from .store import ann, banks, listing, token_counts
 from .store.citus import check_backend, compatible_backends
 from .store.db import Database, database_error, database_errors, db_message, is_retryable
 from .store.schema import migrate
@@ -95,6 +95,7 @@ class Engine:
             if self.db.citus:
                 check_backend(self.text_search, compatible_backends(self.plugins))
             await migrate(self.db, dimensions, self.text_search)
+            await ann.repair(self.db)
             async with self.db.connect() as conn:
                 if await token_counts.reconcile(conn, self.tokens.counts_key):
                     log.warning("stored token counts were made under another TOKENIZER_ENCODING; "

@@ -110,24 +110,29 @@ class RetrievalContext:
     window: TimeWindow | None = None
     min_semantic: float | None = None
     min_keyword: float | None = None
-    #: the bank's rows are in the shared HNSW indexes (a large bank); otherwise arms rank exactly.
-    #: :meth:`where` adds the indexes' predicate when it is true.
+    #: the bank's rows are in HNSW indexes (a large bank); otherwise arms rank exactly. :meth:`where`
+    #: adds the indexes' predicate when it is true: ``ann_slot = n`` for a bank with a slot of its own
+    #: (:attr:`ann_slot`), else ``ann`` (the shared indexes).
     indexed: bool = False
+    #: the bank's index slot (``banks.ann_slot``, see :mod:`hindsight_recall.store.ann`), if it has one
+    ann_slot: int | None = None
 
     def where(self, fact_type: str) -> str:
         """The predicate every statement over ``memory_units`` for one fact type ANDs in.
 
         It holds the bank (``:bank_id``), the fact type, the tag filter (its parameters are in
-        :meth:`params`) and, for a bank in the shared HNSW indexes (:attr:`indexed`), the indexes'
-        own predicate ``ann``: without it the planner cannot use them, and a large bank is
-        scanned exactly.
+        :meth:`params`) and, for a bank in HNSW indexes (:attr:`indexed`), the indexes' own
+        predicate (``ann_slot = n`` or ``ann``): without it the planner cannot use them, and a large
+        bank is scanned exactly.
 
         :param fact_type: one of :attr:`fact_types`.
         :raises ValueError: for a fact type the recall does not search.
         """
         if fact_type not in self.fact_types:  # inlined below: only validated values may pass
             raise ValueError(f"{fact_type!r} is not one of this recall's fact types {list(self.fact_types)}")
-        ann = " AND ann" if self.indexed else ""
+        ann = ""
+        if self.indexed:
+            ann = " AND ann" if self.ann_slot is None else f" AND ann_slot = {int(self.ann_slot)}"
         return f"bank_id = :bank_id AND fact_type = '{fact_type}'{ann} AND {self.filter.sql}"
 
     def params(self) -> dict[str, Any]:

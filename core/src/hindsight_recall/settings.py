@@ -88,6 +88,7 @@ class Settings(BaseSettings, BankSettings):
     ann_iterative_scan: bool = True
     ann_max_scan_tuples: int = 4000
     vector_index_min_rows: int = Field(5_000, ge=0)
+    vector_index_slots: int = Field(8, ge=0, le=1000)
 
     # Keyword search
     text_search_extension: str = "native"

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from ..store.ann import placement
 from .scale import QueryVectors, percentiles
 from .synthetic import SyntheticBank, generate, queries
 
@@ -47,15 +48,21 @@ def split(bank: SyntheticBank, count: int) -> dict[str, tuple[list[Any], Any]]:
 async def _planning(engine: Any, bank_id: str, vector: list[float]) -> dict[str, float]:
     """Median planning and execution time of the semantic arm's statement for one fact type."""
     async with engine.db.connect() as conn:
-        has_ann = await conn.scalar(text(
-            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'memory_units'::regclass AND attname = 'ann'"))
-        indexed = False
-        if has_ann:
-            indexed = bool(await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :b"), {"b": bank_id}))
+        # older schemas (a run of an older release) have no slots, or no index flags at all
+        columns = set((await conn.execute(text(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'memory_units'::regclass "
+            "AND attname IN ('ann', 'ann_slot')"))).scalars())
+        predicate = ""
+        if "ann_slot" in columns:
+            predicate = (await placement(conn, bank_id)).predicate()
+        elif "ann" in columns:
+            shared = await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :b"), {"b": bank_id})
+            predicate = "ann" if shared else ""
+        indexed = bool(predicate)
         literal = "[" + ",".join(f"{v:.7g}" for v in vector) + "]"
         out: dict[str, Any] = {}
         # as the arm asks it; for an indexed bank, also the exact scan it would get below the threshold
-        for name, ann in [("", " AND ann" if indexed else ""), *([("exact_", "")] if indexed else [])]:
+        for name, ann in [("", f" AND {predicate}" if indexed else ""), *([("exact_", "")] if indexed else [])]:
             if indexed:
                 await conn.execute(text("SELECT set_config('hnsw.ef_search', '60', true), "
                                         "set_config('hnsw.iterative_scan', 'strict_order', true)"))

@@ -268,8 +268,9 @@ async def _ingest(engine: Any, bank: SyntheticBank, bank_id: str, options: Scale
                per_second_with_embedding=round(n / with_embedding, 1),
                links_per_memory=round(stats.links / n, 2))
     echo(f"[{n:,}] retained: {out['per_second_without_embedding']:,.0f}/s without embedding "
-         f"(load {stats.load_seconds:.1f} s, links {stats.link_seconds:.1f} s, "
-         f"HNSW {stats.index_seconds:.1f} s, vacuum {stats.maintenance_seconds:.1f} s; "
+         f"(rows {stats.load_seconds:.1f} s, links {stats.link_seconds:.1f} s, "
+         f"index flags {stats.index_seconds:.1f} s, HNSW build {stats.index_build_seconds:.1f} s, "
+         f"vacuum {stats.maintenance_seconds:.1f} s; "
          f"{stats.links:,} links), {out['per_second_with_embedding']:,.0f}/s with it")
     return out
 

@@ -2,8 +2,9 @@
 
 Rows go in with one binary COPY into a staging table and one INSERT ... ON CONFLICT. On a new bank
 the links are computed in a worker thread while the database loads the rows, and they are written
-with one binary COPY. No DDL runs here: a bank that reaches ``VECTOR_INDEX_MIN_ROWS`` memories has its rows
-flagged into the shared HNSW indexes (``ann``), a row update.
+with one binary COPY. No DDL runs in the transaction: a bank that reaches ``VECTOR_INDEX_MIN_ROWS``
+memories has its rows flagged into HNSW indexes of its own (a slot) or the shared ones, a row update;
+a slot's indexes are built once after a bulk load commits (see :mod:`..store.ann`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..errors import RetainError
 from ..limits import int32_problem
 from ..protocols import EmbeddingProvider, TextSearchBackend
 from ..settings import Settings
-from ..store import banks, term_stats
+from ..store import ann, banks, term_stats
 from ..store._bincopy import driver_connection
 from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
@@ -55,7 +56,8 @@ _STAGE_COLUMNS = (
     "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
     "occurred_start timestamptz, occurred_end timestamptz, mentioned_at timestamptz, event_date timestamptz, "
     "tags varchar[], metadata jsonb, document_id text, chunk_id text, proof_count int, "
-    "source_memory_ids uuid[], text_signals text, token_count int, ann boolean, position int, document text"
+    "source_memory_ids uuid[], text_signals text, token_count int, ann boolean, ann_slot int, position int, "
+    "document text"
 )
 #: the binary COPY types of the staging columns, in order
 _STAGE_TYPES = [
@@ -68,7 +70,7 @@ MAINTAINED_TABLES = ("memory_units", "unit_entities", "memory_links", "observati
 _UNIT_COLUMNS = (
     "id, bank_id, external_id, fact_type, text, context, embedding, occurred_start, occurred_end, "
     "mentioned_at, event_date, tags, metadata, document_id, chunk_id, proof_count, source_memory_ids, "
-    "text_signals, token_count, ann, position"
+    "text_signals, token_count, ann, ann_slot, position"
 )
 _UPDATE = (
     # not the id or the bank: the id is derived from the bank, and Citus never moves a row's bank
@@ -100,8 +102,10 @@ class RetainStats:
     link_seconds: float = 0.0
     #: computing the links on their own, overlapped or not
     link_compute_seconds: float = 0.0
-    #: flagging a bank that reached VECTOR_INDEX_MIN_ROWS into the shared HNSW indexes (row updates)
+    #: flagging a bank that reached VECTOR_INDEX_MIN_ROWS into HNSW indexes (row updates)
     index_seconds: float = 0.0
+    #: building a slot's HNSW indexes after the load committed (``CREATE INDEX CONCURRENTLY``)
+    index_build_seconds: float = 0.0
     #: VACUUM (ANALYZE) after a bulk load
     maintenance_seconds: float = 0.0
     per_bank: dict[str, int] = field(default_factory=dict)
@@ -117,6 +121,7 @@ class RetainStats:
             "load_seconds": round(self.load_seconds, 3), "link_seconds": round(self.link_seconds, 3),
             "link_compute_seconds": round(self.link_compute_seconds, 3),
             "index_seconds": round(self.index_seconds, 3),
+            "index_build_seconds": round(self.index_build_seconds, 3),
             "maintenance_seconds": round(self.maintenance_seconds, 3),
             "memories_per_second": round(self.per_second, 1),
         }
@@ -167,37 +172,67 @@ class Ingestor:
         else:
             vectors = self._given(batches, embeddings)
         stats.embedding_seconds = time.perf_counter() - t0
+        # slots whose indexes were dropped for this load: built again after it, even if it fails
+        slots = await ann.before_load(self.db, {b: len(ms) for b, ms in batches.items()}, self.settings)
+        try:
+            table_rows = await self._write(batches, vectors, lines, stats, slots)
+        except Exception:
+            await self._build(slots)
+            raise
+        stats.index_build_seconds = await self._build(slots)
+        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
+        # cluster: the workers' autovacuum looks after their shards instead.
+        if not self.db.citus and needs_maintenance(stats.memories, table_rows):
+            # What autovacuum would do within a minute of a bulk load, done before the first recall:
+            # statistics for the keyword arm's term frequencies, and visibility maps, without which
+            # the graph arm's index-only walks over entity pairs fetch every heap row.
+            t1 = time.perf_counter()
+            try:
+                async with ann.maintenance_turn(self.db):  # never beside an index build: they deadlock
+                    await self.db.vacuum_analyze(MAINTAINED_TABLES)
+            except Exception as exc:  # the memories are committed; this only speeds up recall
+                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
+            stats.maintenance_seconds = time.perf_counter() - t1
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    async def _write(
+        self, batches: Mapping[str, Sequence[Memory]], vectors: np.ndarray, lines: Mapping[str, Sequence[int]] | None,
+        stats: RetainStats, slots: set[int],
+    ) -> float:
+        """Every bank's rows in one transaction; once it commits, adds the slots they went into to
+        ``slots``. Returns the planner's estimate of the table's rows."""
+        placed: set[int] = set()
         async with self.db.connect() as conn:
             # Retains into one bank queue here (in bank order, so two calls never wait on each other
             # in a cycle); retains into different banks never wait at all. The lock keeps a bank's
-            # `indexed` flag and its rows' `ann` flags in step.
+            # placement (`indexed`, `ann_slot`) and its rows' flags in step.
             for key in sorted({_bank_lock_key(b) for b, ms in batches.items() if ms}):
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
             offset = 0
             for bank_id, memories in batches.items():
                 if not memories:
                     continue
-                await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
-                                        (lines or {}).get(bank_id), stats)
+                where = await self._retain_bank(conn, bank_id, memories, vectors[offset : offset + len(memories)],
+                                                (lines or {}).get(bank_id), stats)
+                if where.slot is not None:
+                    placed.add(where.slot)
                 offset += len(memories)
             # the planner's estimate of the table's rows
             table_rows = await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
-        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
-        # cluster: the workers' autovacuum looks after their shards instead.
-        if not self.db.citus and needs_maintenance(offset, float(table_rows or 0)):
-            # What autovacuum would do within a minute of a bulk load, done before the first recall:
-            # statistics for the keyword arm's term frequencies, and visibility maps, without which
-            # the graph arm's index-only walks over entity pairs fetch every heap row.
-            t1 = time.perf_counter()
-            try:
-                await self.db.vacuum_analyze(MAINTAINED_TABLES)
-            except Exception as exc:  # the memories are committed; this only speeds up recall
-                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
-            stats.maintenance_seconds = time.perf_counter() - t1
-        stats.seconds = time.perf_counter() - started
-        return stats
+        slots |= placed
+        return float(table_rows or 0)
+
+    async def _build(self, slots: set[int]) -> float:
+        """Build the slots' missing HNSW indexes; seconds spent."""
+        try:
+            return await ann.build(self.db, slots)
+        except Exception as exc:  # the memories are committed and found by exact scans meanwhile
+            log.warning("building the HNSW indexes of slots %s failed; the next load or start "
+                        "builds them: %s", sorted(slots), exc)
+            return 0.0
 
     def _given(self, batches: Mapping[str, Sequence[Memory]], embeddings: Mapping[str, Any]) -> np.ndarray:
         """Check caller-given vectors (one per memory, the model's dimension); stack them in batch order."""
@@ -229,17 +264,13 @@ class Ingestor:
         vectors: np.ndarray,
         lines: Sequence[int] | None,
         stats: RetainStats,
-    ) -> None:
+    ) -> ann.Placement:
         t0 = time.perf_counter()
         _, created = await banks.ensure_bank(conn, bank_id)
-        indexed = bool(await conn.scalar(text("SELECT indexed FROM banks WHERE bank_id = :bank"), {"bank": bank_id}))
-        if not indexed and await _reaches_threshold(conn, bank_id, len(memories),
-                                                    self.settings.vector_index_min_rows):
-            # before the load, so its rows go into the index as they are written, not updated after
-            t_index = time.perf_counter()
-            await _move_into_index(conn, bank_id)
-            indexed = True
-            stats.index_seconds += time.perf_counter() - t_index
+        # before the load, so its rows are written flagged, not updated after
+        t_index = time.perf_counter()
+        where = await ann.place(conn, bank_id, len(memories), self.settings, citus=self.db.citus)
+        stats.index_seconds += time.perf_counter() - t_index
         ids = [unit_id(bank_id, m.id) for m in memories]
         await check_references(conn, bank_id, memories, lines)
         dates = [m.occurred_start or m.mentioned_at or m.occurred_end for m in memories]
@@ -254,7 +285,7 @@ class Ingestor:
             after = {} if created else await _document_ends(conn, bank_id, ids, memories, chunk_ids)
             places = positions(memories, chunk_ids, after)
             await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, fresh=created,
-                                    indexed=indexed)
+                                    where=where)
             await write_entities(conn, bank_id, ids, memories, fresh=created)
             t2 = time.perf_counter()
             stats.load_seconds += t2 - t0
@@ -273,6 +304,7 @@ class Ingestor:
         stats.memories += len(memories)
         stats.banks += 1
         stats.per_bank[bank_id] = len(memories)
+        return where
 
     def _fresh_links(
         self, keys: np.ndarray, vectors: np.ndarray, times: np.ndarray
@@ -302,7 +334,7 @@ class Ingestor:
     async def _write_units(
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
         vectors: np.ndarray, chunk_ids: list[str | None], places: list[int | None], *, fresh: bool,
-        indexed: bool,
+        where: ann.Placement,
     ) -> None:
         """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert.
 
@@ -321,7 +353,7 @@ class Ingestor:
             copy.set_types(_STAGE_TYPES)
             for i in sorted(range(len(ids)), key=lambda i: ids[i].bytes):
                 await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i],
-                                                     indexed, places[i]))
+                                                     where, places[i]))
         # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
         upsert = "" if fresh else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
         if not fresh:
@@ -330,7 +362,7 @@ class Ingestor:
             f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector, updated_at) "
             f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
             f"occurred_start, occurred_end, mentioned_at, event_date, tags, metadata, document_id, chunk_id, "
-            f"proof_count, source_memory_ids, text_signals, token_count, ann, position, "
+            f"proof_count, source_memory_ids, text_signals, token_count, ann, ann_slot, position, "
             f"{self.backend.write_expression('document')}, now() "
             f"FROM retain_stage{upsert}"
         ), self._backend_params)
@@ -348,8 +380,8 @@ class Ingestor:
         await conn.execute(text("TRUNCATE retain_stage"))
 
     def _stage_row(
-        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None, indexed: bool,
-        position: int | None = None,
+        self, bank_id: str, uid: uuid.UUID, m: Memory, vector: np.ndarray, chunk_id: str | None,
+        where: ann.Placement, position: int | None = None,
     ) -> tuple[Any, ...]:
         from psycopg.types.json import Jsonb  # late: only retain writes rows
 
@@ -362,7 +394,8 @@ class Ingestor:
             list(m.tags), Jsonb(dict(m.metadata)) if m.metadata else None,
             m.document_id, chunk_id, m.proof_count,
             [unit_id(bank_id, s) for s in m.source_ids] or None,
-            signals, self.tokens.count_returned(m.text, m.context, m.metadata), indexed, position, document,
+            signals, self.tokens.count_returned(m.text, m.context, m.metadata), where.shared, where.slot,
+            position, document,
         )
 
     async def _write_links(
@@ -396,22 +429,6 @@ def _bank_lock_key(bank_id: str) -> int:
     """A signed 64-bit advisory-lock key for a bank (a hash: a rare collision only serialises two banks)."""
     digest = hashlib.blake2b(b"hindsight_recall.bank\0" + bank_id.encode("utf-8", "surrogatepass"), digest_size=8)
     return int.from_bytes(digest.digest(), "big", signed=True)
-
-
-async def _reaches_threshold(conn: AsyncConnection, bank_id: str, adding: int, threshold: int) -> bool:
-    """Whether the bank holds ``threshold`` memories once ``adding`` more are written (an upper bound)."""
-    if adding >= threshold:
-        return True
-    present = await conn.scalar(text(
-        "SELECT count(*) FROM (SELECT 1 FROM memory_units WHERE bank_id = :bank LIMIT :n) t"
-    ), {"bank": bank_id, "n": threshold - adding})
-    return int(present or 0) + adding >= threshold
-
-
-async def _move_into_index(conn: AsyncConnection, bank_id: str) -> None:
-    """Flag a bank's rows into the shared HNSW indexes: row updates, never DDL."""
-    await conn.execute(text("UPDATE memory_units SET ann = true WHERE bank_id = :bank AND NOT ann"), {"bank": bank_id})
-    await conn.execute(text("UPDATE banks SET indexed = true WHERE bank_id = :bank"), {"bank": bank_id})
 
 
 def positions(

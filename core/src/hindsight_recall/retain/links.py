@@ -18,6 +18,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ..store import ann
 from ..store._bincopy import bank_column, copy_columns, driver_connection
 from ._knn import neighbours
 
@@ -130,13 +131,13 @@ async def semantic_links(
     :param vectors: their vectors (unused when the bank's vectors are read back).
     :param floor: SEMANTIC_LINK_MIN_SIMILARITY.
     """
-    state = text("SELECT (SELECT count(*) FROM memory_units WHERE bank_id = :bank) AS total, "
-                 "coalesce((SELECT indexed FROM banks WHERE bank_id = :bank), false) AS indexed")
-    total, indexed = (await conn.execute(state, {"bank": bank_id})).one()
-    # only a bank flagged into the shared indexes can be asked through them (VECTOR_INDEX_MIN_ROWS may be
-    # set above INDEX_MIN_ROWS)
-    if indexed and total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids):
-        return await _semantic_by_index(conn, bank_id, ids, floor)
+    total = await conn.scalar(text("SELECT count(*) FROM memory_units WHERE bank_id = :bank"), {"bank": bank_id})
+    # only a bank in HNSW indexes can be asked through them (VECTOR_INDEX_MIN_ROWS may be set above
+    # INDEX_MIN_ROWS; a slot's indexes are missing while a bulk load rebuilds them)
+    if total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids):
+        where = await ann.placement(conn, bank_id)
+        if await ann.searchable(conn, where):
+            return await _semantic_by_index(conn, bank_id, ids, floor, where.predicate("m"))
     from pgvector.psycopg import register_vector_async  # late: only retain reads vectors back
 
     raw = await driver_connection(conn)
@@ -156,12 +157,13 @@ async def semantic_links(
 
 
 async def _semantic_by_index(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float, indexed: str
 ) -> Links:
-    """Ask the shared HNSW indexes for new rows' neighbours, INDEX_BATCH rows a statement.
+    """Ask the bank's HNSW indexes (``indexed``: their row predicate) for new rows' neighbours,
+    INDEX_BATCH rows a statement.
 
-    A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default); they
-    hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
+    A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default);
+    shared ones hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
     """
     from ..recall.arms._ann import set_local  # late: retain rarely asks the index
     from ..types import FACT_TYPES
@@ -169,11 +171,11 @@ async def _semantic_by_index(
     await conn.exec_driver_sql(set_local({"hnsw.ef_search": str(SEMANTIC_NEIGHBOURS * 2),
                                           "hnsw.iterative_scan": "strict_order"}))
 
-    # the fact type and `ann` are plain predicates so each lateral matches its partial index
+    # the fact type and the index predicate are plain predicates so each lateral matches its partial index
     statement = text(
         "SELECT q.id AS source, n.id AS target, 1 - n.distance AS similarity FROM memory_units q "
         "CROSS JOIN LATERAL (SELECT m.id, m.embedding <=> q.embedding AS distance FROM memory_units m "
-        "WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND m.ann AND m.embedding IS NOT NULL "
+        f"WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND {indexed} AND m.embedding IS NOT NULL "
         "ORDER BY m.embedding <=> q.embedding LIMIT :k) n "
         "WHERE q.bank_id = :bank AND q.id = ANY(:ids) AND q.embedding IS NOT NULL AND n.id <> q.id "
         "AND 1 - n.distance >= :floor"
