@@ -71,14 +71,13 @@ async def _run(
 
 async def _recall(
     engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]],
-    session: Any, state: tuple[dict[str, Any], bool] | None,
+    session: Any, state: banks.BankState | None,
 ) -> dict[str, Any]:
     if state is None:
         raise BankNotFound(req.bank_id)
     if not req.types:
         return empty_response(req, trace)
-    overrides, indexed = state
-    config = engine.settings.for_bank(overrides)
+    config = engine.settings.for_bank(state.config)
     limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
     now = req.query_timestamp or datetime.now(UTC)
 
@@ -88,7 +87,7 @@ async def _recall(
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
         db=engine.db.limited(config.recall_connection_budget, lend=session), text_search=engine.text_search, now=now,
         window=None, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
-        indexed=indexed,
+        indexed=state.indexed, ann_slot=state.ann_slot,
     )
     # arms that need neither the vector nor the window start now, while the query is embedded
     tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not arm.needs_embedding and arm.enabled(ctx)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -81,11 +82,25 @@ async def bank_config(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | N
     return None if found is None else dict(found.config or {})
 
 
-async def bank_state(conn: AsyncConnection, bank_id: str) -> tuple[dict[str, Any], bool] | None:
-    """The bank's overrides and whether it is in the shared HNSW indexes; ``None`` for an unknown bank."""
-    row = (await conn.execute(text("SELECT config, indexed FROM banks WHERE bank_id = :bank"),
+@dataclass(frozen=True)
+class BankState:
+    """What a recall reads of its bank before the arms run."""
+
+    #: the bank's setting overrides
+    config: dict[str, Any]
+    #: whether the bank is searched through HNSW indexes (its own slot's, or the shared ones)
+    indexed: bool
+    #: the bank's index slot (:mod:`hindsight_recall.store.ann`), if it has one
+    ann_slot: int | None
+
+
+async def bank_state(conn: AsyncConnection, bank_id: str) -> BankState | None:
+    """The bank's overrides and how its vectors are indexed; ``None`` for an unknown bank."""
+    row = (await conn.execute(text("SELECT config, indexed, ann_slot FROM banks WHERE bank_id = :bank"),
                               {"bank": bank_id})).first()
-    return None if row is None else (dict(row.config or {}), bool(row.indexed))
+    if row is None:
+        return None
+    return BankState(dict(row.config or {}), bool(row.indexed) or row.ann_slot is not None, row.ann_slot)
 
 
 async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def _literal(values: tuple[float, ...]) -> str:
 
 
 class SemanticRetriever:
-    """Nearest memories by embedding cosine similarity: exact in a small bank, else the shared HNSW index."""
+    """Nearest memories by embedding cosine similarity: exact in a small bank, else its HNSW indexes."""
 
     name = "semantic"
 
