@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import BankNotFound
 from ..protocols import ArmStatement, RetrievalContext, Retriever
 from ..store import banks
-from ..time.window import resolve_window
+from ..time.window import resolve_window, warm_finder
 from ..types import ArmResult, Candidate, TimeWindow
 from .arms._ann import AnnSettings
 from .arms._compose import composable, run_composed
@@ -214,7 +214,7 @@ def _resolve(query: str, now: datetime, languages: list[str] | None) -> TimeWind
 
 def warm_date_parser() -> None:
     """Load the date finder's language data ahead of the first temporal query (about a second)."""
-    _date_worker().submit(_resolve, "on March 3rd 2023 at noon", datetime.now(UTC), None)
+    _date_worker().submit(warm_finder)
 
 
 @functools.cache

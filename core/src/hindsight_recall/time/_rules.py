@@ -385,15 +385,19 @@ PREP_MONTH = Rule(re.compile(rf"\b(?:{_PREPS})\s+(?:the\s+month\s+of\s+|mois\s+d
                              rf"(?P<mon>{_MONTH})\b(?!\s*[,.]?\s*\d)"), _bare_month)
 _SEASONS = tuple(_season_rule(lang) for lang in LANGS.values())
 _RELATIVES = tuple(_relative_rule(lang) for lang in LANGS.values())
+#: One day: ISO, "<month> <day>[, <year>]" and "<day> [of] <month>[, <year>]" (without a year, the
+#: latest such day); as anchors they are matched where an expression starts.
+FULL_DATES = tuple(Rule(re.compile(_pad(p, *_DATE_GROUPS)), _full_date) for p in (
+    r"(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b",
+    rf"(?P<mon>{_MONTH})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s*(?P<y>\d{{4}})\b)?",
+    rf"(?P<d>\d{{1,2}})(?:st|nd|rd|th|er|\.)?\s+(?:of\s+|de\s+)?(?P<mon>{_MONTH})\b"
+    r"(?:,?\s*(?:de\s+)?(?P<y>\d{4})\b)?",
+))
+#: The same, found anywhere in a query: a word boundary before each.
+DAY_DATES = tuple(Rule(re.compile(rf"\b{rule.pattern.pattern}"), _full_date) for rule in FULL_DATES)
 #: What may follow "before", "since", "between … and …".
 ANCHORS: tuple[Rule, ...] = (
-    PART_RULE, *QUARTER_HALF, *_SEASONS, DAY_RULE, *_RELATIVES,
-    *(Rule(re.compile(_pad(p, *_DATE_GROUPS)), _full_date) for p in (
-        r"(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b",
-        rf"(?P<mon>{_MONTH})\.?\s+(?P<d>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<y>\d{{4}})\b)?",
-        rf"(?P<d>\d{{1,2}})(?:st|nd|rd|th|er|\.)?\s+(?:of\s+|de\s+)?(?P<mon>{_MONTH})\b"
-        r"(?:,?\s+(?:de\s+)?(?P<y>\d{4})\b)?",
-    )),
+    PART_RULE, *QUARTER_HALF, *_SEASONS, DAY_RULE, *_RELATIVES, *FULL_DATES,
     MONTH_YEAR,
     Rule(re.compile(rf"(?P<mon>{_MONTH})\b"), _bare_month),
     Rule(re.compile(rf"(?P<y>\d{{4}}){_YEAR_TAIL}"), _year),
@@ -406,7 +410,7 @@ RULES: tuple[Rule, ...] = (
     *QUARTER_HALF, PART_RULE, *_SEASONS,
     *(_rolling_rule(lang) for lang in LANGS.values()), DAY_RULE,
     *(_few_ago_rule(lang) for lang in LANGS.values()),
-    *_RELATIVES, MONTH_YEAR, YEAR_CONTEXT, PREP_MONTH,
+    *_RELATIVES, *DAY_DATES, MONTH_YEAR, YEAR_CONTEXT, PREP_MONTH,
 )
 
 

@@ -57,7 +57,7 @@ from ._words import (
     WEEKDAYS,
 )
 
-__all__ = ["MAX_FINDER_CHARS", "MAX_QUERY_CHARS", "resolve_window", "score_match"]
+__all__ = ["MAX_FINDER_CHARS", "MAX_QUERY_CHARS", "resolve_window", "score_match", "warm_finder"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def resolve_window(
         span = find_cjk_span(text, ctx) if _CJK.search(text) else None
         if span is None and _may_be_temporal(text):
             span = find_span(text, ctx)
-            if span is None:
+            if span is None and _may_name_a_day(text):
                 day = _finder_day(text, ref, languages)
                 span = (day, day) if day else None
         return _window(span) if span else None
@@ -119,6 +119,11 @@ def resolve_window(
         logger.debug("date analysis failed for %r", query[:200] if isinstance(query, str) else query,
                      exc_info=True)
         return None
+
+
+def warm_finder() -> None:
+    """Load the date finder's language data (about a second), so no recall waits for it."""
+    _finder_day("on march 3rd 2023 at noon", datetime.now(UTC), None)
 
 
 def score_match(phrase: str) -> int:
@@ -143,6 +148,16 @@ def _is_date_word(m: re.Match[str], text: str, context: re.Pattern[str]) -> bool
 
 def _may_be_temporal(text: str) -> bool:
     return any(_is_date_word(m, text, _GATE_CONTEXT) for m in _GATE.finditer(text))
+
+
+def _may_name_a_day(text: str) -> bool:
+    """Whether the date finder could score a match here: a number, or a month, weekday or "now" word.
+
+    A period word alone ("what day", "which year") never makes a match count, and the finder takes
+    about 60 ms (the slowest step of many recalls), so it is not asked.
+    """
+    return bool(_DIGITS.search(text)) or any(
+        _is_date_word(m, text, _AFTER_CONTEXT) for pattern, points in _SCORES[:3] for m in pattern.finditer(text))
 
 
 def _finder_day(text: str, reference: datetime, languages: Sequence[str] | None) -> date | None:
