@@ -8,7 +8,8 @@ import time
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
-from hindsight_recall.time.window import MAX_QUERY_CHARS, resolve_window, score_match
+from hindsight_recall.time import window
+from hindsight_recall.time.window import MAX_QUERY_CHARS, resolve_window, score_match, warm_finder
 
 #: A Wednesday afternoon.
 REF = datetime(2024, 3, 13, 15, 30, tzinfo=UTC)
@@ -32,7 +33,7 @@ def check(query: str, start: date, end: date | None = None, ref: datetime = REF,
 @pytest.fixture(scope="module", autouse=True)
 def _warm_finder() -> None:
     # The first date-finder call loads language data (~1 s); keep that out of the timing checks.
-    resolve_window("what happened on March 3rd?", REF)
+    warm_finder()
 
 
 # ---- fixed rules, each family in English and other languages --------------------------------
@@ -112,6 +113,28 @@ def test_month_and_year(query: str) -> None:
 def test_month_preceded_by_a_day_is_a_single_day() -> None:
     check("what happened on 3 June 2023?", date(2023, 6, 3))
     check("May 7, 2023", date(2023, 5, 7))
+
+
+@pytest.mark.parametrize(("query", "day"), [
+    ("what did maria plan on the evening of 7 july, 2023?", date(2023, 7, 7)),
+    ("what did joanna recommend to nate on february 7, 2022?", date(2022, 2, 7)),
+    ("where was the forest picture shared on december 1,2023 taken?", date(2023, 12, 1)),
+    ("what book did tim finish reading on 8th december, 2023?", date(2023, 12, 8)),
+    ("what did they give him on aug 15th?", date(2023, 8, 15)),  # no year: the latest, not after today
+    ("notes from 2023-05-07", date(2023, 5, 7)),
+])
+def test_a_named_day_is_read_by_the_rules_not_the_finder(query: str, day: date,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window, "_finder_day", lambda *a: pytest.fail(f"the finder was asked: {query}"))
+    check(query, day)
+
+
+@pytest.mark.parametrize("query", ["What day did Tim get into his study abroad program?",
+                                   "Which week did Tim visit the UK?", "What year did Tim go to the mountains?",
+                                   "What motivates Joanna to keep writing even on tough days?"])
+def test_period_words_alone_never_ask_the_finder(query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(window, "_finder_day", lambda *a: pytest.fail(f"the finder was asked: {query}"))
+    assert span(query) is None
 
 
 def test_month_with_year_zero_has_no_window() -> None:

@@ -296,7 +296,7 @@ def _days(m: re.Match[str], ctx: Ctx) -> Span | None:
 
 def _month_year(m: re.Match[str], ctx: Ctx) -> Span | None:
     year = int(m["y"])
-    # A month name preceded by a day number is a single day, left to the date finder.
+    # A month name preceded by a day number is a single day (DAY_DATES).
     if year < 1 or _DAY_BEFORE.search(m.string[max(0, m.start() - 16):m.start()]):
         return None
     return month_span(year, _month_no(m["mon"]))
