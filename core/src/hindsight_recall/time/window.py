@@ -3,7 +3,8 @@
 Order: NFKC + lower-case; Chinese rules for text with CJK ideographs; a cheap keyword gate (no digit
 and no date word ⇒ no window, without loading the date finder); the fixed rules; then, when a number
 or a month, weekday or "now" word could make a match count, dateparser's ``search_dates`` scored by
-the words around each match, whose winning match gives a one-day window. Windows are whole UTC days: start 00:00:00, end 23:59:59.999999. Any error means no window.
+the words around each match, whose winning match gives a one-day window. Windows are whole UTC days:
+start 00:00:00, end 23:59:59.999999. Any error means no window.
 
 Beyond the fixed table of phrases ("yesterday", "last week", "in 2023", ...), our own choices **[D]**:
 
