@@ -255,3 +255,30 @@ async def test_keyword_one_pass_equals_one_statement_per_fact_type(
             per_type = await keyword_lists(**request)
         assert one_pass == per_type and one_pass, request
         assert all(len(hits) <= 5 for hits in one_pass.values())
+
+
+async def test_entities_come_with_the_rows_in_one_statement(engine: Engine, bank: str) -> None:
+    from sqlalchemy import event
+
+    await engine.retain(bank, [
+        {"id": "trip", "text": "Zoe and alice hiked the Larkspur ridge in June.", "entities": ["alice", "Zoe"]},
+        {"id": "gear", "text": "Zoe bought new hiking boots.", "entities": ["Zoe", "Boots & Co"]},
+        {"id": "obs", "type": "observation", "text": "Zoe loves mountain hikes.", "sources": ["trip", "gear"]},
+    ])
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine.db.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        body = await engine.recall(bank, "Who hikes in the mountains?", types=["world", "observation"])
+    finally:
+        event.remove(engine.db.engine.sync_engine, "before_cursor_execute", seen)
+    by_id = {r["id"]: r for r in body["results"]}
+    # an observation carries its sources' entities; names sort by code point on every server
+    assert by_id["obs"]["entities"] == ["Boots & Co", "Zoe", "alice"]
+    assert by_id["trip"]["entities"] == ["Zoe", "alice"]
+    assert set(body["entities"]) == {"Boots & Co", "Zoe", "alice"}
+    assert body["entities"]["Zoe"]["canonical_name"] == "Zoe"
+    assert sum("canonical_name" in s for s in statements) == 1

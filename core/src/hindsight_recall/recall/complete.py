@@ -9,7 +9,7 @@ here, with one statement.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, MutableMapping, MutableSequence
+from collections.abc import Collection, Iterable, Mapping, MutableMapping, MutableSequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +19,17 @@ from ..store.schema import ROW_COLUMNS
 from ..types import Candidate, Hit, MemoryRow
 from .arms._rows import row_from
 
+#: a row's entities as (entity id, canonical name) pairs, ordered by name
+_ENTITIES = (
+    "LEFT JOIN LATERAL (SELECT array_agg(e.id ORDER BY e.canonical_name) AS entity_ids, "
+    "array_agg(e.canonical_name ORDER BY e.canonical_name) AS entity_names "
+    "FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
+    "WHERE e.bank_id = :bank AND ue.bank_id = :bank AND ue.unit_id = memory_units.id "
+    "AND memory_units.id = ANY(:entities_of)) ents ON true"
+)
+
+Entities = dict[uuid.UUID, list[tuple[uuid.UUID, str]]]
+
 
 async def fetch_rows(conn: Any, bank_id: str, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
     """Whole rows of the bank by internal id, in one statement.
@@ -27,14 +38,37 @@ async def fetch_rows(conn: Any, bank_id: str, ids: Iterable[uuid.UUID]) -> dict[
     :param bank_id: the bank; rows of other banks are never read.
     :param ids: the memories wanted.
     """
-    wanted = list(dict.fromkeys(ids))
+    return (await fetch_rows_and_entities(conn, bank_id, ids, ()))[0]
+
+
+async def fetch_rows_and_entities(
+    conn: Any, bank_id: str, ids: Iterable[uuid.UUID], entities_of: Collection[uuid.UUID]
+) -> tuple[dict[uuid.UUID, MemoryRow], Entities]:
+    """Whole rows of the bank by internal id and the entities of some of them, in one statement
+    (the answer's rows and its entities cost one round trip, not two).
+
+    :param conn: an open connection.
+    :param bank_id: the bank; rows of other banks are never read.
+    :param ids: the memories wanted.
+    :param entities_of: memories whose entities are wanted too (read whole as well).
+    """
+    wanted = list(dict.fromkeys([*ids, *entities_of]))
     if not wanted:
-        return {}
+        return {}, {}
+    joined = _ENTITIES if entities_of else ""
+    extra = ", ents.entity_ids, ents.entity_names" if entities_of else ""
     result = await conn.execute(
-        text(f"SELECT {ROW_COLUMNS} FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids)"),
-        {"bank": bank_id, "ids": wanted},
+        text(f"SELECT {ROW_COLUMNS}{extra} FROM memory_units {joined} "
+             "WHERE memory_units.bank_id = :bank AND memory_units.id = ANY(:ids)"),
+        {"bank": bank_id, "ids": wanted, **({"entities_of": list(entities_of)} if entities_of else {})},
     )
-    return {m["id"]: row_from(m, True) for m in result.mappings()}
+    rows: dict[uuid.UUID, MemoryRow] = {}
+    entities: Entities = {}
+    for m in result.mappings():
+        rows[m["id"]] = row_from(m, True)
+        if entities_of and m["entity_ids"]:
+            entities[m["id"]] = list(zip(m["entity_ids"], m["entity_names"], strict=True))
+    return rows, entities
 
 
 def incomplete(candidates: Iterable[Candidate]) -> list[uuid.UUID]:

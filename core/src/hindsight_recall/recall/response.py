@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import text
 
 from ..types import Candidate, Hit, MemoryRow, TimeWindow
-from .complete import fetch_rows, fill, incomplete
+from .complete import Entities, fetch_rows_and_entities, fill, incomplete
 from .request import RecallRequest
 from .services import RecallServices
 from .trace import Trace
@@ -65,14 +65,18 @@ async def build_response(
     source_truncated: bool | None = None
     with trace.phase("source_fact_fetch") as details:
         sources = list(dict.fromkeys(s for c in packed for s in c.row.source_memory_ids))
-        # one statement: the shown rows' text and the sources; with the trace, every row it names
+        # one statement: the shown rows' text and the sources, with their entities when asked for;
+        # with the trace, every row it names
         wanted = [*incomplete(packed), *sources]
         if req.trace:
             wanted += [*incomplete(ranked), *(h.row.id for hits in lists.values() for h in hits if not h.row.complete)]
+        # observations inherit their sources' entities
+        owners = _entity_owners(packed) if req.include_entities is not None else {}
         rows: dict[uuid.UUID, MemoryRow] = {}
-        if wanted:
+        unit_entities: Entities = {}
+        if wanted or owners:
             async with db.connect() as conn:
-                rows = await fetch_rows(conn, req.bank_id, wanted)
+                rows, unit_entities = await fetch_rows_and_entities(conn, req.bank_id, wanted, owners.keys())
             fill(rows, [*packed, *ranked], lists if req.trace else None)
             packed = [c for c in packed if c.row.complete]  # a memory deleted since the arms read it
         details["rows"] = len(rows)
@@ -82,8 +86,7 @@ async def build_response(
     external = {uid: row.external_id for uid, row in rows.items()}
     if req.include_entities is not None:
         with trace.phase("entity_build"):
-            async with db.connect() as conn:
-                entity_map, entities_json = await _entities(conn, engine, req, packed)
+            entity_map, entities_json = _entities(engine, req, packed, owners, unit_entities)
     trace.finish()
     body: dict[str, Any] = {
         "results": [result_json(c, external, entity_map) for c in packed],
@@ -135,30 +138,30 @@ def empty_response(req: RecallRequest, trace: Trace) -> dict[str, Any]:
     }
 
 
-async def _entities(
-    conn: Any, engine: RecallServices, req: RecallRequest, packed: list[Candidate]
-) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
-    # Observations inherit their sources' entities.
+def _entity_owners(packed: list[Candidate]) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """Memory -> the packed results it gives entities to: itself, and an observation's sources."""
     owners: dict[uuid.UUID, list[uuid.UUID]] = {}
     for c in packed:
         for uid in (c.row.id, *c.row.source_memory_ids):
             owners.setdefault(uid, []).append(c.row.id)
-    per_unit: dict[uuid.UUID, list[str]] = {c.row.id: [] for c in packed}
+    return owners
+
+
+def _entities(
+    engine: RecallServices, req: RecallRequest, packed: list[Candidate],
+    owners: Mapping[uuid.UUID, list[uuid.UUID]], unit_entities: Entities,
+) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
+    """Each result's entity names (sorted, its sources' included) and the answer's entities within
+    ``include_entities`` tokens, in rank order."""
+    names: dict[uuid.UUID, set[str]] = {c.row.id: set() for c in packed}
     ids: dict[str, str] = {}
-    if owners:
-        rows = await conn.execute(
-            text(
-                "SELECT ue.unit_id, e.id, e.canonical_name "
-                "FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
-                "WHERE e.bank_id = :bank AND ue.bank_id = :bank AND ue.unit_id = ANY(:ids) ORDER BY e.canonical_name"
-            ),
-            {"bank": req.bank_id, "ids": list(owners)},
-        )
-        for row in rows:
-            ids[row.canonical_name] = str(row.id)
-            for owner in owners[row.unit_id]:
-                if row.canonical_name not in per_unit[owner]:
-                    per_unit[owner].append(row.canonical_name)
+    for uid, pairs in unit_entities.items():
+        for entity_id, name in pairs:
+            ids[name] = str(entity_id)
+            for owner in owners.get(uid, ()):
+                if owner in names:
+                    names[owner].add(name)
+    per_unit = {uid: sorted(found) for uid, found in names.items()}
     budget, used = req.include_entities or 0, 0
     out: dict[str, Any] = {}
     for c in packed:
