@@ -28,8 +28,9 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("onnx-cache")
 
 
-def embed(backend: str, cache: Path, texts: list[str], mode: str = "passage") -> np.ndarray:
-    emb = LocalEmbeddings(Settings(embeddings_local_backend=backend, embeddings_onnx_cache_dir=cache))
+def embed(backend: str, cache: Path, texts: list[str], mode: str = "passage", int8: bool = False) -> np.ndarray:
+    emb = LocalEmbeddings(Settings(embeddings_local_backend=backend, embeddings_onnx_cache_dir=cache,
+                                   embeddings_onnx_int8=int8))
     return np.array(asyncio.run(emb.embed(texts, mode=mode)))
 
 
@@ -41,6 +42,23 @@ def test_onnx_agrees_with_torch(onnx_cache: Path) -> None:
         np.linalg.norm(torch_vectors, axis=1) * np.linalg.norm(onnx_vectors, axis=1))
     assert cosine.min() >= 0.999, cosine
     assert np.allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-4)
+
+
+def test_int8_is_the_default_and_stays_close_to_the_float_model(onnx_cache: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    assert Settings().embeddings_onnx_int8
+    float_vectors = embed("onnx", onnx_cache, TEXTS)
+    default = LocalEmbeddings(Settings(embeddings_onnx_cache_dir=onnx_cache))
+    int8_vectors = np.array(asyncio.run(default.embed(TEXTS, mode="passage")))
+    (quantized,) = onnx_cache.glob("*/model.int8.onnx")
+    assert quantized.stat().st_size < quantized.with_name("model.onnx").stat().st_size / 3
+    cosine = (float_vectors * int8_vectors).sum(axis=1)
+    assert cosine.min() >= 0.9 and not np.allclose(float_vectors, int8_vectors, atol=1e-3), cosine
+    assert np.allclose(np.linalg.norm(int8_vectors, axis=1), 1.0, atol=1e-4)
+    assert "pre-processing" not in caplog.text
+    stamp = quantized.stat().st_mtime_ns
+    assert embed("onnx", onnx_cache, ["again"], int8=True).shape == (1, 384)
+    assert quantized.stat().st_mtime_ns == stamp and not list(onnx_cache.glob("*/*.part"))
 
 
 def test_export_is_cached_and_reused(onnx_cache: Path) -> None:
@@ -87,7 +105,7 @@ def test_small_token_sorted_batches_agree_with_torch(onnx_cache: Path) -> None:
     texts = [f"{i}: " + "Melanie painted the lake at dawn. " * (i % 9) for i in range(40)] + TEXTS
     torch_vectors = embed("torch", onnx_cache, texts)
     emb = LocalEmbeddings(Settings(embeddings_local_backend="onnx", embeddings_onnx_cache_dir=onnx_cache,
-                                   embeddings_batch_size=3))
+                                   embeddings_batch_size=3, embeddings_onnx_int8=False))
     onnx_vectors = np.array(asyncio.run(emb.embed(texts, mode="passage")))
     assert ((torch_vectors * onnx_vectors).sum(axis=1) >= 0.999).all()
 

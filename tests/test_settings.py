@@ -59,6 +59,7 @@ DEFAULTS = {
     "embeddings_batch_size": None,
     "embeddings_local_backend": "auto",
     "embeddings_onnx_cache_dir": None,
+    "embeddings_onnx_int8": True,
     "reranker_provider": "local",
     "reranker_send_bank_as_header": False,
     "reranker_on_error": "fallback",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import warnings
 from collections.abc import Sequence
@@ -86,14 +87,37 @@ def export(model: str, target: Path) -> Path:
     return target
 
 
+def _no_preprocessing_advice(record: logging.LogRecord) -> bool:
+    # the quantiser advises shape inference on the root logger; the export is already fit for it
+    return not record.getMessage().startswith("Please consider to run pre-processing")
+
+
+def quantized(export: Path) -> Path:
+    """The INT8 copy of ``export`` (dynamic quantisation of its weights), made once beside it."""
+    target = export.with_name("model.int8.onnx")
+    if not target.exists():
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        part = target.with_name(f"{target.name}.{os.getpid()}.part")
+        root = logging.getLogger()
+        root.addFilter(_no_preprocessing_advice)
+        try:
+            quantize_dynamic(str(export), str(part), weight_type=QuantType.QInt8)
+        finally:
+            root.removeFilter(_no_preprocessing_advice)
+        part.replace(target)  # atomic, as the export
+    return target
+
+
 class OnnxEncoder:
     """Encodes like ``SentenceTransformer.encode`` (length-sorted batches, normalised) with ONNX Runtime."""
 
-    def __init__(self, model: str, cache_dir: Path) -> None:
+    def __init__(self, model: str, cache_dir: Path, int8: bool = False) -> None:
         """Load the cached export of ``model`` from ``cache_dir``, exporting it first when absent.
 
         :param model: a sentence-transformers model directory or name.
         :param cache_dir: where exports are kept, one folder per model and weights.
+        :param int8: run a copy with INT8 weights (dynamic quantisation, made once from the export).
         """
         try:
             import onnxruntime
@@ -111,6 +135,8 @@ class OnnxEncoder:
             except ImportError as exc:
                 raise ConfigError(f"exporting the model to ONNX needs the onnx package: {INSTALL}") from exc
             export(model, self.path)
+        if int8:
+            self.path = quantized(self.path)
         self.tokenizer = Tokenizer.from_file(str(self.path.parent / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
         self.tokenizer.no_padding()  # batches are padded one by one, to their own longest text

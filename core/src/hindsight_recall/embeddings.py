@@ -82,7 +82,7 @@ class LocalEmbeddings:
 
         cache = self.settings.embeddings_onnx_cache_dir or Path.home() / ".cache" / "hindsight-recall" / "onnx"
         try:
-            return OnnxEncoder(self.model_name, cache)
+            return OnnxEncoder(self.model_name, cache, int8=self.settings.embeddings_onnx_int8)
         except ConfigError:
             raise
         except Exception as exc:
