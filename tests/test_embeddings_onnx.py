@@ -56,6 +56,9 @@ def test_int8_is_the_default_and_stays_close_to_the_float_model(onnx_cache: Path
     assert cosine.min() >= 0.9 and not np.allclose(float_vectors, int8_vectors, atol=1e-3), cosine
     assert np.allclose(np.linalg.norm(int8_vectors, axis=1), 1.0, atol=1e-4)
     assert "pre-processing" not in caplog.text
+    # one text per pass: a text's vector does not depend on the texts beside it
+    alone = np.array([asyncio.run(default.embed([t], mode="passage"))[0] for t in TEXTS])
+    assert np.array_equal(alone, int8_vectors)
     stamp = quantized.stat().st_mtime_ns
     assert embed("onnx", onnx_cache, ["again"], int8=True).shape == (1, 384)
     assert quantized.stat().st_mtime_ns == stamp and not list(onnx_cache.glob("*/*.part"))
@@ -112,7 +115,8 @@ def test_small_token_sorted_batches_agree_with_torch(onnx_cache: Path) -> None:
 
 def test_auto_picks_onnx() -> None:
     auto = LocalEmbeddings(Settings())
-    assert auto.backend == "onnx" and auto.batch_size == BATCH_SIZE["onnx"]
+    assert auto.backend == "onnx" and auto.batch_size == BATCH_SIZE["onnx-int8"] == 1
+    assert LocalEmbeddings(Settings(embeddings_onnx_int8=False)).batch_size == BATCH_SIZE["onnx"]
     chosen = LocalEmbeddings(Settings(embeddings_local_backend="torch"))
     assert chosen.backend == "torch" and chosen.batch_size == BATCH_SIZE["torch"]
     assert LocalEmbeddings(Settings(embeddings_batch_size=5)).batch_size == 5

@@ -130,7 +130,7 @@ class Settings(BaseSettings, BankSettings):
     embeddings_local_model: str | None = None
     embeddings_query_prefix: str = ""
     embeddings_passage_prefix: str = ""
-    #: texts per forward pass; unset, the backend's best on CPU (64 on torch, 8 on ONNX Runtime)
+    #: texts per forward pass; unset, the backend's best on CPU (64 on torch, 8 on ONNX Runtime, 1 with INT8)
     embeddings_batch_size: int | None = Field(None, ge=1)
     #: ``torch`` runs the model through sentence-transformers; ``onnx`` through ONNX Runtime (a
     #: dependency of core); ``auto`` picks ``onnx``, falling back to ``torch`` for a model it cannot run

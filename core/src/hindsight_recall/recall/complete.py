@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from ..store.schema import ROW_COLUMNS
 from ..types import Candidate, Hit, MemoryRow
-from .arms._rows import row_from
+from .arms._rows import row_reader
 
 #: a row's entities as (entity id, canonical name) pairs, ordered by name
 _ENTITIES = (
@@ -62,12 +62,14 @@ async def fetch_rows_and_entities(
              "WHERE memory_units.bank_id = :bank AND memory_units.id = ANY(:ids)"),
         {"bank": bank_id, "ids": wanted, **({"entities_of": list(entities_of)} if entities_of else {})},
     )
+    keys = tuple(result.keys())
+    read = row_reader(keys)
     rows: dict[uuid.UUID, MemoryRow] = {}
     entities: Entities = {}
-    for m in result.mappings():
-        rows[m["id"]] = row_from(m, True)
-        if entities_of and m["entity_ids"]:
-            entities[m["id"]] = list(zip(m["entity_ids"], m["entity_names"], strict=True))
+    for values in result.all():
+        row = rows[values[0]] = read(values)  # id is the first of ROW_COLUMNS
+        if entities_of and values[-2]:  # entity_ids, entity_names: the last two columns
+            entities[row.id] = list(zip(values[-2], values[-1], strict=True))
     return rows, entities
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import text
 from ..protocols import RetrievalContext
 from ..store.schema import DOCUMENT_KEY
 from ..types import Candidate, MemoryRow
-from .arms._rows import COLUMNS, row_from
+from .arms._rows import COLUMNS, row_reader
 
 K = TypeVar("K", bound=Hashable)
 Place = tuple[str, int]
@@ -101,4 +101,6 @@ async def _around(conn: Any, ctx: RetrievalContext, ids: Sequence[uuid.UUID]) ->
         f"ON {DOCUMENT_KEY} = w.doc AND position = w.pos "
         f"WHERE bank_id = :bank_id AND fact_type = ANY(:fact_types) AND {ctx.filter.sql}"
     ), {"bank_id": ctx.bank_id, "ids": list(ids), "fact_types": list(ctx.fact_types), **ctx.filter.params})
-    return {(m["doc_key"], m["position"]): row_from(m, False) for m in result.mappings()}
+    keys = tuple(result.keys())
+    read, at_doc, at_position = row_reader(keys), keys.index("doc_key"), keys.index("position")
+    return {(r[at_doc], r[at_position]): read(r) for r in result.all()}

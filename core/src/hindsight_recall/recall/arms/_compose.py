@@ -20,7 +20,7 @@ from ...protocols import ArmStatement as ArmStatement  # re-exported: the arms i
 from ...protocols import RetrievalContext, with_ctes
 from ...types import ArmResult, Hit
 from ._ann import AnnSettings
-from ._rows import row_from
+from ._rows import row_reader
 
 
 def composable(statements: Sequence[ArmStatement]) -> bool:
@@ -56,11 +56,11 @@ async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement]
                 await ann.apply(conn, wanted)
             started = time.perf_counter()
             result = await conn.execute(text(with_ctes(ctes, " UNION ALL ".join(f"({p})" for p in parts))), params)
-            complete = "text" in tuple(result.keys())
+            keys = tuple(result.keys())
             rows = result.all()
             duration = time.perf_counter() - started
+    read, at_type = row_reader(keys), keys.index("fact_type")
     hits: dict[tuple[int, str], list[Hit]] = {(i, ft): [] for i in range(len(statements)) for ft in ctx.fact_types}
     for row in rows:
-        m = row._mapping
-        hits[(row[0], m["fact_type"])].append(Hit(row_from(m, complete), float(row[-1])))
+        hits[(row[0], row[at_type])].append(Hit(read(row), float(row[-1])))
     return [ArmResult(st.arm, ft, hits[(i, ft)], duration) for i, st in enumerate(statements) for ft in ctx.fact_types]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -38,31 +38,51 @@ def nearest_sql(where: str, *, limit: str = "limit", floor: str = "floor") -> st
     )
 
 
-def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
-    """Map a result row of ``ROW_COLUMNS`` (complete) or :data:`COLUMNS` (incomplete) to a :class:`MemoryRow`.
+#: the MemoryRow fields every arm row carries, and those only a whole row (ROW_COLUMNS) has
+_ARM_FIELDS = ("id", "external_id", "fact_type", "occurred_start", "occurred_end", "mentioned_at", "chunk_id",
+               "proof_count", "source_memory_ids", "token_count")
+_WHOLE_FIELDS = ("text", "context", "tags", "metadata", "document_id")
+_UNREAD = {"text": "", "context": None, "tags": (), "metadata": None, "document_id": None}
 
-    :param complete: which of the two; ``None`` looks (callers mapping many rows say it once).
+
+def row_reader(keys: Sequence[str]) -> Callable[[Sequence[Any]], MemoryRow]:
+    """A function that maps a result row (a tuple in ``keys`` order) to a :class:`MemoryRow`.
+
+    Rows with ``text`` among their columns are whole (``ROW_COLUMNS``), others hold what arms read
+    (:data:`COLUMNS`). A recall maps thousands of arm rows: the positions are looked up once, and the
+    frozen dataclass is filled in one step (its ``__init__`` sets each field through
+    ``object.__setattr__``, four times slower).
     """
-    if complete is None:
-        complete = "text" in m
-    return MemoryRow(
-        id=m["id"],
-        external_id=m["external_id"],
-        text=m["text"] if complete else "",
-        fact_type=m["fact_type"],
-        context=m["context"] if complete else None,
-        occurred_start=m["occurred_start"],
-        occurred_end=m["occurred_end"],
-        mentioned_at=m["mentioned_at"],
-        tags=tuple(m["tags"] or ()) if complete else (),
-        metadata=m["metadata"] if complete else None,
-        document_id=m["document_id"] if complete else None,
-        chunk_id=m["chunk_id"],
-        proof_count=m["proof_count"] if m["proof_count"] is not None else 1,
-        source_memory_ids=tuple(m["source_memory_ids"] or ()),
-        token_count=m["token_count"],
-        complete=complete,
-    )
+    index = {k: i for i, k in enumerate(keys)}
+    complete = "text" in index
+    wanted = [(name, index[name]) for name in (*_ARM_FIELDS, *(_WHOLE_FIELDS if complete else ()))]
+    new = object.__new__
+
+    def read(values: Sequence[Any]) -> MemoryRow:
+        fields = {name: values[i] for name, i in wanted}
+        fields["proof_count"] = 1 if fields["proof_count"] is None else fields["proof_count"]
+        fields["source_memory_ids"] = tuple(fields["source_memory_ids"] or ())
+        if complete:
+            fields["tags"] = tuple(fields["tags"] or ())
+        else:
+            fields.update(_UNREAD)
+        fields["complete"] = complete
+        row: MemoryRow = new(MemoryRow)
+        row.__dict__.update(fields)
+        return row
+
+    return read
+
+
+def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
+    """Map one result row of ``ROW_COLUMNS`` (complete) or :data:`COLUMNS` (incomplete) to a :class:`MemoryRow`.
+
+    :param complete: which of the two; ``None`` looks. For many rows, :func:`row_reader` is faster.
+    """
+    keys = list(m.keys())
+    if complete is False:
+        keys = [k for k in keys if k not in _WHOLE_FIELDS]
+    return row_reader(keys)([m[k] for k in keys])
 
 
 def where_for(ctx: RetrievalContext, fact_type: str) -> str:
@@ -85,10 +105,11 @@ async def run_union(
     """Run one UNION ALL of per-fact-type sub-selects and split the rows by fact type."""
     started = time.perf_counter()
     result = await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))
-    complete = "text" in tuple(result.keys())
-    rows = result.mappings().all()
+    keys = tuple(result.keys())
+    rows = result.all()
     duration = time.perf_counter() - started
+    read, at_type, at_score = row_reader(keys), keys.index("fact_type"), keys.index(score_column)
     by_type: dict[str, list[Hit]] = {ft: [] for ft in ctx.fact_types}
-    for m in rows:
-        by_type[m["fact_type"]].append(Hit(row_from(m, complete), float(m[score_column])))
+    for r in rows:
+        by_type[r[at_type]].append(Hit(read(r), float(r[at_score])))
     return [ArmResult(arm, ft, hits, duration) for ft, hits in by_type.items()]
