@@ -25,7 +25,9 @@ _CLUSTER = pytest.StashKey[tuple[contextlib.ExitStack, Any]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under tests(citus) without a URL: build (or reuse) Citus and start a cluster for the whole run."""
+    """Export the embedding model once; under tests(citus) without a URL, also build (or reuse) Citus
+    and start a cluster for the whole run."""
+    _export_embedding_model()
     if os.environ.get(CITUS_ENV, "") in ("", "0") or os.environ.get("HINDSIGHT_TEST_DATABASE_URL"):
         return
     from hindsight_recall.testing.pgserver import citus_cluster  # late: only a Citus run needs it
@@ -34,6 +36,14 @@ def pytest_configure(config: pytest.Config) -> None:
     cluster = stack.enter_context(citus_cluster(workers=2))
     config.stash[_CLUSTER] = (stack, cluster)
     os.environ["HINDSIGHT_TEST_DATABASE_URL"] = cluster.url
+
+
+def _export_embedding_model() -> None:
+    """On a fresh machine the first use exports and quantises the bundled model (about 30 s): done here,
+    before any test, so that no test that starts a command or a server spends its timeout on it."""
+    from hindsight_recall.embeddings import LocalEmbeddings
+
+    LocalEmbeddings(load_settings()).dimensions()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -140,6 +140,8 @@ class ExtensionBackend:
     runs_on_embedded_server: bool = False
     #: The arm SQL keeps a top-k per fact type rather than scoring every match.
     ranks_every_match: bool = False
+    #: Extension backends rank with the extension's own statistics, not core's term counts.
+    keeps_term_stats: bool = False
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings
