@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from .types import ArmResult, Budget, TimeWindow
+from .types import ArmResult, Budget, Placement, TimeWindow
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -130,9 +130,8 @@ class RetrievalContext:
         """
         if fact_type not in self.fact_types:  # inlined below: only validated values may pass
             raise ValueError(f"{fact_type!r} is not one of this recall's fact types {list(self.fact_types)}")
-        ann = ""
-        if self.indexed:
-            ann = " AND ann" if self.ann_slot is None else f" AND ann_slot = {int(self.ann_slot)}"
+        index = Placement(self.ann_slot, self.indexed).predicate() if self.indexed else ""
+        ann = f" AND {index}" if index else ""
         return f"bank_id = :bank_id AND fact_type = '{fact_type}'{ann} AND {self.filter.sql}"
 
     def params(self) -> dict[str, Any]:

@@ -178,3 +178,19 @@ class Candidate:
     temporal: float = 0.5
     proof: float = 0.5
     final: float = 0.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a bank's rows are indexed: a slot of its own, the shared indexes, or none (exact scans)."""
+
+    slot: int | None = None
+    shared: bool = False
+
+    def predicate(self, alias: str = "") -> str:
+        """The row predicate a statement ANDs in so the planner can choose the bank's index; empty
+        for a bank in no index. It holds for every row of the bank, with or without the index."""
+        prefix = f"{alias}." if alias else ""
+        if self.slot is not None:
+            return f"{prefix}ann_slot = {int(self.slot)}"
+        return f"{prefix}ann" if self.shared else ""

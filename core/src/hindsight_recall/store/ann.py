@@ -27,7 +27,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
@@ -35,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..settings import Settings
 from ..types import FACT_TYPES
+from ..types import Placement as Placement  # re-exported: where a bank's rows are indexed
 from .schema import raise_maintenance_memory
 
 if TYPE_CHECKING:
@@ -60,22 +60,6 @@ def slot_indexes(slot: int) -> dict[str, str]:
             f"memory_units USING hnsw (embedding vector_cosine_ops) WHERE ann_slot = {n} AND fact_type = '{ft}'"
         for ft in FACT_TYPES
     }
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a bank's rows are indexed: a slot of its own, the shared indexes, or none (exact scans)."""
-
-    slot: int | None = None
-    shared: bool = False
-
-    def predicate(self, alias: str = "") -> str:
-        """The row predicate a statement ANDs in so the planner can choose the bank's index; empty
-        for a bank in no index. It holds for every row of the bank, with or without the index."""
-        prefix = f"{alias}." if alias else ""
-        if self.slot is not None:
-            return f"{prefix}ann_slot = {int(self.slot)}"
-        return f"{prefix}ann" if self.shared else ""
 
 
 async def placement(conn: AsyncConnection, bank_id: str) -> Placement:

@@ -16,6 +16,7 @@ from ..errors import InvalidRequest
 from ..limits import unicode_problem
 from ..protocols import TextSearchBackend
 from ..settings import BankSettings
+from ..types import Placement
 from . import term_stats
 
 MAX_BANK_ID = 256
@@ -100,7 +101,8 @@ async def bank_state(conn: AsyncConnection, bank_id: str) -> BankState | None:
                               {"bank": bank_id})).first()
     if row is None:
         return None
-    return BankState(dict(row.config or {}), bool(row.indexed) or row.ann_slot is not None, row.ann_slot)
+    where = Placement(row.ann_slot, bool(row.indexed))
+    return BankState(dict(row.config or {}), bool(where.predicate()), where.slot)
 
 
 async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from ...store.schema import OCCURRED_RANGE
 from ...types import ArmResult, Hit, MemoryRow, TimeWindow
 from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
-from ._rows import COLUMNS, DISTANCE, base_params, nearest_sql, row_from, run_union, where_for
+from ._rows import COLUMNS, DISTANCE, base_params, nearest_sql, row_reader, run_union, where_for
 from .semantic import ef_search, vector_literal
 
 #: the pool per fact type at the mid budget (B = 300); it scales with B (budget.scaled)
@@ -183,10 +183,9 @@ class _Spreading:
     def absorb(
         self, rows: Sequence[Any], batch: dict[uuid.UUID, float], window: TimeWindow
     ) -> list[uuid.UUID]:
-        """Add the best-reached children within the budget; return their ids."""
+        """Add the best-reached children (``(row, mapping)`` pairs) within the budget; return their ids."""
         reached: dict[uuid.UUID, _Reached] = {}
-        for m in rows:
-            row = row_from(m, False)
+        for row, m in rows:
             p = proximity(row, window, NEIGHBOUR_NO_DATE)
             t = propagate(batch[m["parent"]], float(m["weight"]), m["link_type"], p)
             best = reached.get(row.id)
@@ -247,13 +246,15 @@ class TemporalRetriever:
             batches = {s.fact_type: s.next_batch() for s in active}
             parents = [parent for batch in batches.values() for parent in batch]
             kinds = [ft for ft, batch in batches.items() for _ in batch]
-            rows = (await conn.execute(sql, {
+            result = await conn.execute(sql, {
                 **params, "frontier": parents, "kinds": kinds, "visited": list(visited),
                 "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT,
-            })).mappings().all()
+            })
+            read = row_reader(tuple(result.keys()))
+            rows = [(read(r), r._mapping) for r in result.all()]
             by_type: dict[str, list[Any]] = {ft: [] for ft in batches}
-            for m in rows:
-                by_type[m["fact_type"]].append(m)
+            for row, m in rows:
+                by_type[row.fact_type].append((row, m))
             for state in active:
                 visited.update(state.absorb(by_type[state.fact_type], batches[state.fact_type], ctx.window))
 
