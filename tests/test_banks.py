@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from hindsight_recall import Engine, cli, cli_banks
+from hindsight_recall import Engine, cli, cli_banks, cli_engine
 from hindsight_recall.errors import BankNotFound, DatabaseError, InvalidRequest
 from hindsight_recall.retain import _rows, ingest
 from hindsight_recall.retain._rows import entity_id, unit_id
@@ -238,6 +238,7 @@ async def test_a_schema_that_cannot_be_created_is_one_clear_error(make_settings:
 
 @pytest.fixture
 def invoke(make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    monkeypatch.setattr(cli_engine, "open_engine", lambda: Engine(make_settings()))
     monkeypatch.setattr(cli, "open_engine", lambda: Engine(make_settings()))
     runner = CliRunner()
 

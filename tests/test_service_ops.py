@@ -249,14 +249,24 @@ def test_defaults_bind_loopback_without_a_key() -> None:
 
 # ---- fields accepted without effect are reported, ours are checked ----------------------------------
 
-def test_profile_fields_are_accepted_and_named(http: httpx.Client) -> None:
+def test_profile_fields_are_stored_and_llm_fields_named(http: httpx.Client) -> None:
     bank_id = f"ops-{uuid.uuid4().hex[:8]}"
     response = http.put(f"/v1/default/banks/{bank_id}", json={"name": "Alice", "mission": "help",
-                                                                "enable_reranking": False})
-    assert response.status_code == 200 and response.headers["X-Hindsight-Ignored-Fields"] == "mission,name"
+                                                                "retain_mission": "x", "enable_reranking": False})
+    assert response.status_code == 200 and response.headers["X-Hindsight-Ignored-Fields"] == "retain_mission"
+    assert response.json()["name"] == "Alice" and response.json()["mission"] == "help"
     assert http.get(f"/v1/default/banks/{bank_id}/config").json()["overrides"] == {"enable_reranking": False}
     assert_error(http.patch(f"/v1/default/banks/{bank_id}/config", json={"updates": {"retain_chunk_size": 9}}),
                  422, "invalid_request")
+    # one trait changes alone; the others keep their values
+    http.put(f"/v1/default/banks/{bank_id}", json={"disposition_empathy": 5})
+    profile = http.get(f"/v1/default/banks/{bank_id}/profile").json()
+    assert profile == {"bank_id": bank_id, "name": "Alice", "mission": "help", "background": "help",
+                       "disposition": {"skepticism": 3, "literalism": 3, "empathy": 5}}
+    listed = http.get("/v1/default/banks", params={"q": bank_id}).json()["banks"]
+    assert [(b["name"], b["mission"]) for b in listed] == [("Alice", "help")] and listed[0]["updated_at"]
+    assert_error(http.put(f"/v1/default/banks/{bank_id}", json={"disposition_empathy": 9}), 422, "invalid_request")
+    assert_error(http.put(f"/v1/default/banks/{bank_id}", json={"mission": "a\x00b"}), 422, "invalid_request")
 
 
 def test_async_retain_is_done_before_the_answer(http: httpx.Client) -> None:

@@ -2,56 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from . import cli_banks, cli_remote
-from .errors import RecallError
+from .cli_engine import open_engine, run
+from .errors import describe_error
 from .types import FACT_TYPES, Budget, TagsMatch
 
 T = TypeVar("T")
-
-
-def run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine, turning our errors into a message and a non-zero exit."""
-    try:
-        return asyncio.run(factory())  # type: ignore[arg-type]
-    except RecallError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def describe_error(exc: BaseException) -> str | None:
-    """The one-line message for an error a user can fix, or ``None`` for a defect (keep its traceback)."""
-    from pydantic import ValidationError
-    from sqlalchemy.exc import DBAPIError
-    from sqlalchemy.exc import TimeoutError as PoolTimeout
-
-    from .settings import describe_validation_error, redact
-
-    if isinstance(exc, RecallError):
-        message = str(exc)
-    elif isinstance(exc, ValidationError):
-        message = describe_validation_error(exc)
-    elif isinstance(exc, UnicodeError):
-        message = f"not valid Unicode/UTF-8 text: {exc}"
-    elif isinstance(exc, PoolTimeout):
-        message = "no database connection came free in time (HINDSIGHT_API_DB_POOL_MAX_SIZE, DB_ACQUIRE_TIMEOUT)"
-    elif isinstance(exc, DBAPIError):
-        from .store.db import db_message
-
-        message = f"database error: {db_message(exc)}"
-    elif isinstance(exc, OSError) and exc.strerror:
-        message = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
-    else:
-        return None
-    return redact(message)
 
 
 class _Main(click.Group):
@@ -69,12 +34,6 @@ class _Main(click.Group):
             if message is None:
                 raise
             raise click.ClickException(message) from None
-
-
-def open_engine() -> Any:
-    from .engine import Engine  # late: keeps `--help` and `plugins` fast
-
-    return Engine()
 
 
 @click.group(cls=_Main)

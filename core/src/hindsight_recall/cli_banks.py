@@ -29,7 +29,7 @@ def _missing(bank_id: str) -> click.ClickException:
 @cli_remote.API_KEY
 def bank_list(as_json: bool, url: str | None, api_key: str | None) -> None:
     """List the banks with their memory counts."""
-    from .cli import open_engine, run
+    from .cli_engine import open_engine, run
 
     async def go() -> list[dict[str, Any]]:
         if url:
@@ -53,7 +53,7 @@ def bank_list(as_json: bool, url: str | None, api_key: str | None) -> None:
 @cli_remote.API_KEY
 def bank_stats(bank_id: str, url: str | None, api_key: str | None) -> None:
     """Show what BANK_ID holds, as JSON."""
-    from .cli import open_engine, run
+    from .cli_engine import open_engine, run
 
     async def go() -> dict[str, Any] | None:
         if url:
@@ -74,7 +74,7 @@ def bank_stats(bank_id: str, url: str | None, api_key: str | None) -> None:
 @cli_remote.API_KEY
 def bank_delete(bank_id: str, yes: bool, url: str | None, api_key: str | None) -> None:
     """Delete BANK_ID and everything in it."""
-    from .cli import open_engine, run
+    from .cli_engine import open_engine, run
 
     if not yes:
         if not _interactive():
@@ -99,7 +99,7 @@ def bank_delete(bank_id: str, yes: bool, url: str | None, api_key: str | None) -
 @cli_remote.API_KEY
 def bank_forget(bank_id: str, ids: tuple[str, ...], url: str | None, api_key: str | None) -> None:
     """Remove the memories IDS from BANK_ID, with their links and unused chunks."""
-    from .cli import open_engine, run
+    from .cli_engine import open_engine, run
 
     async def go() -> int | None:
         if url:

@@ -117,3 +117,30 @@ class RerankerError(RecallError):
 
 class RerankerHTTPError(RerankerError):
     """A remote reranker answered with an error status or a malformed body."""
+
+
+def describe_error(exc: BaseException) -> str | None:
+    """The one-line message for an error a user can fix, or ``None`` for a defect (keep its traceback)."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from .settings import describe_validation_error, redact
+
+    if isinstance(exc, RecallError):
+        message = str(exc)
+    elif isinstance(exc, ValidationError):
+        message = describe_validation_error(exc)
+    elif isinstance(exc, UnicodeError):
+        message = f"not valid Unicode/UTF-8 text: {exc}"
+    elif isinstance(exc, PoolTimeout):
+        message = "no database connection came free in time (HINDSIGHT_API_DB_POOL_MAX_SIZE, DB_ACQUIRE_TIMEOUT)"
+    elif isinstance(exc, DBAPIError):
+        from .store.db import db_message
+
+        message = f"database error: {db_message(exc)}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        message = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+    else:
+        return None
+    return redact(message)

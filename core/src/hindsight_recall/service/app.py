@@ -24,7 +24,7 @@ from ..settings import Settings, load_settings, redact
 from .errors import error_response
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
-from .routes import memory_routes
+from .routes import api_routes
 
 log = logging.getLogger("hindsight_recall.service")
 
@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None) -> Any:
     routes: list[Any] = [
         Route("/health", health), Route("/health/ready", health), Route("/health/live", live),
         Route("/version", version_info), Route("/v1/version", version_info), Route("/metrics", metrics),
-        *memory_routes(),
+        *api_routes(),
     ]
     from .mcp import mcp_app
 
@@ -139,7 +139,7 @@ def create_app(settings: Settings | None = None) -> Any:
 
 async def _load(engine: Engine, state: ServiceState) -> None:
     """Open and warm the engine; on failure the reason is kept for ``/health`` and the server stops."""
-    from ..cli import describe_error
+    from ..errors import describe_error
 
     try:
         await engine.open()

@@ -135,7 +135,7 @@ def _content_id(item: MemoryItem) -> str:
 @contextmanager
 def _tool_errors() -> Iterator[None]:
     """Turn an error into a :class:`ToolError` with its one-line message, never a traceback."""
-    from ..cli import describe_error  # the command line's wording of every error a user can fix
+    from ..errors import describe_error  # the command line's wording of every error a user can fix
 
     try:
         yield
@@ -182,7 +182,7 @@ def _log_failure(opening: asyncio.Future[Engine]) -> None:
     """Say on stderr why the engine did not open (every tool call answers with the same message)."""
     error = None if opening.cancelled() else opening.exception()
     if error is not None:
-        from ..cli import describe_error
+        from ..errors import describe_error
         from ..settings import redact
 
         log.error("the engine did not open: %s", describe_error(error) or redact(f"{type(error).__name__}: {error}"))

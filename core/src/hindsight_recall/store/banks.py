@@ -129,6 +129,65 @@ async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str,
     return stored
 
 
+#: the disposition a bank has until one is set (upstream's default)
+DEFAULT_DISPOSITION = {"skepticism": 3, "literalism": 3, "empathy": 3}
+#: what a profile holds; ``background`` is upstream's older name for the mission
+PROFILE_FIELDS = ("name", "mission", "disposition")
+#: the longest name or mission accepted, in characters
+MAX_PROFILE_TEXT = 20_000
+
+
+def _profile(bank_id: str, stored: Mapping[str, Any], updated_at: Any) -> dict[str, Any]:
+    mission = stored.get("mission") or ""
+    return {"bank_id": bank_id, "name": stored.get("name") or bank_id, "mission": mission, "background": mission,
+            "disposition": {**DEFAULT_DISPOSITION, **(stored.get("disposition") or {})},
+            "updated_at": updated_at.isoformat() if updated_at else None}
+
+
+async def bank_profile(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | None:
+    """The bank's name, mission and disposition (defaults filled in), or ``None`` for an unknown bank."""
+    row = (await conn.execute(text("SELECT profile, updated_at FROM banks WHERE bank_id = :bank"),
+                              {"bank": bank_id})).first()
+    return None if row is None else _profile(bank_id, row.profile or {}, row.updated_at)
+
+
+def _check_profile(changes: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(changes) - set(PROFILE_FIELDS))
+    if unknown:
+        raise InvalidRequest(unknown[0], f"is not a profile field (choices: {', '.join(PROFILE_FIELDS)})")
+    checked: dict[str, Any] = {}
+    for key in ("name", "mission"):
+        value = changes.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or len(value) > MAX_PROFILE_TEXT or unicode_problem(value) or "\x00" in value:
+            raise InvalidRequest(key, f"must be text without NUL bytes, at most {MAX_PROFILE_TEXT} characters")
+        checked[key] = value
+    if changes.get("disposition") is not None:
+        traits = dict(changes["disposition"])
+        for trait, value in traits.items():
+            if trait not in DEFAULT_DISPOSITION or not isinstance(value, int) or isinstance(value, bool) \
+                    or not 1 <= value <= 5:
+                raise InvalidRequest(f"disposition.{trait}", "must be one of skepticism, literalism, empathy, "
+                                                             "each an integer from 1 to 5")
+        checked["disposition"] = traits
+    return checked
+
+
+async def set_bank_profile(conn: AsyncConnection, bank_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``changes`` (name, mission, disposition traits) into the profile, creating the bank if
+    needed; ``None`` values leave a field as it is. Returns the profile as :func:`bank_profile` does."""
+    checked = _check_profile(changes)
+    await ensure_bank(conn, bank_id)
+    if "disposition" in checked:  # traits merge one level down, so one trait can change alone
+        current = (await bank_profile(conn, bank_id) or {}).get("disposition", DEFAULT_DISPOSITION)
+        checked["disposition"] = {**current, **checked["disposition"]}
+    row = (await conn.execute(text(
+        "UPDATE banks SET profile = profile || CAST(:changes AS jsonb), updated_at = now() WHERE bank_id = :bank "
+        "RETURNING profile, updated_at"), {"changes": json.dumps(checked), "bank": bank_id})).one()
+    return _profile(bank_id, row.profile, row.updated_at)
+
+
 async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     """Remove a bank with everything in it (rows only: no DDL); False if it did not exist."""
     # Locking the bank row first waits for retains in flight (they hold a key-share lock on it), so

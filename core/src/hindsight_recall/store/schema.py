@@ -290,10 +290,19 @@ def _v11(dimensions: int) -> list[str]:
     ]
 
 
+def _v12(dimensions: int) -> list[str]:
+    # A bank's profile (name, mission, background, disposition: what reflect's prompt is shaped by) and
+    # when it last changed. A constant default: no table rewrite.
+    return [
+        "ALTER TABLE banks ADD COLUMN IF NOT EXISTS profile jsonb NOT NULL DEFAULT '{}'::jsonb",
+        "ALTER TABLE banks ADD COLUMN IF NOT EXISTS updated_at timestamptz",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
 }
 
 
