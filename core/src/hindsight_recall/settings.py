@@ -13,7 +13,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
@@ -164,6 +173,10 @@ class Settings(BaseSettings, BankSettings):
     #: seconds in-flight requests may take to finish after SIGTERM
     service_shutdown_timeout: float = Field(30, ge=0)
     service_access_log: Literal["text", "json", "off"] = "text"
+    #: the bank MCP tools use when neither the call, the URL (``/mcp/{bank_id}/``) nor an ``X-Bank-Id``
+    #: header names one; upstream's HINDSIGHT_MCP_BANK_ID is read too
+    mcp_bank_id: str = Field("default", validation_alias=AliasChoices(
+        "mcp_bank_id", f"{PREFIX}MCP_BANK_ID", "HINDSIGHT_MCP_BANK_ID"))
 
     # Plugins
     #: Plugin kind -> plugin name -> that plugin's own settings given in code (a mapping of field

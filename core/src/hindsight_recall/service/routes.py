@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from . import banks, memories
+from .errors import http_error
+from .metrics import ServiceMetrics
+from .ops import ServiceState
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 #: every bank-scoped path starts here
 BANKS_PATH = "/v1/default/banks/{bank_id}"
@@ -13,3 +23,10 @@ BANKS_PATH = "/v1/default/banks/{bank_id}"
 def api_routes() -> list[Route]:
     """Every resource family's routes, in matching order."""
     return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH)]
+
+
+def api_app(engine: Engine) -> Starlette:
+    """The routes alone over ``engine``: no guard, no lifespan (what the MCP tools call in process)."""
+    app = Starlette(routes=api_routes(), exception_handlers={HTTPException: http_error})
+    app.state.engine, app.state.service, app.state.metrics = engine, ServiceState(ready=True), ServiceMetrics()
+    return app
