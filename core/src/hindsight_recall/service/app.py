@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from ..engine import Engine
 from ..settings import Settings, load_settings, redact
+from .aliases import AliasResolver, AliasRouting
 from .errors import error_response
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> Any:
     settings = settings or load_settings()
     engine = Engine(settings)
     state = ServiceState()
+    resolver = AliasResolver(engine.db)
     service_metrics = ServiceMetrics()
     service_metrics.watch_pool(engine)
     routes: list[Any] = [
@@ -128,13 +130,14 @@ def create_app(settings: Settings | None = None) -> Any:
                     loading.cancel()
                 with contextlib.suppress(BaseException):
                     await loading
+                await resolver.close()
                 await engine.close()
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, state, service_metrics
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
-    return Guard(app, settings, state, service_metrics)
+    return Guard(AliasRouting(app, resolver), settings, state, service_metrics)
 
 
 async def _load(engine: Engine, state: ServiceState) -> None:
