@@ -25,7 +25,7 @@ from ..store import aliases
 from ..store.db import Database
 from .base import bank_of, body_of, endpoint, engine_of
 from .errors import ServiceError
-from .ops import ASGIApp, Receive, Scope, Send
+from .ops import ASGIApp, Message, Receive, Scope, Send
 from .schemas import CreateAliasBody, SetAliasPrimaryBody
 
 log = logging.getLogger("hindsight_recall.service")
@@ -53,6 +53,11 @@ class AliasResolver:
             return names.get(bank_id, bank_id)
         async with self.db.connect() as conn:
             return await aliases.resolve(conn, bank_id)
+
+    async def refresh(self) -> None:
+        """Reload the map now (after this process changed it: its own notification may come later)."""
+        if self.names is not None:
+            self.names = await self._load()
 
     async def _load(self) -> dict[str, str]:
         async with self.db.connect() as conn:
@@ -95,17 +100,35 @@ class AliasRouting:
     def __init__(self, app: ASGIApp, resolver: AliasResolver) -> None:
         self.app, self.resolver = app, resolver
 
+    @property
+    def state(self) -> Any:
+        """The application's state, as the app's own (what the guard and tests reach through)."""
+        return self.app.state  # type: ignore[attr-defined]
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path.startswith(BANKS_PREFIX):
-            given, sep, rest = path[len(BANKS_PREFIX):].partition("/")
-            if given and "\x00" not in given:
-                bank = await self.resolver.resolve(given)
-                if bank != given:
-                    scope["path"] = f"{BANKS_PREFIX}{bank}{sep}{rest}"
-                    scope["raw_path"] = quote(scope["path"]).encode()
-                    scope["hindsight.alias"] = given
-        await self.app(scope, receive, send)
+        if not path.startswith(BANKS_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        given, sep, rest = path[len(BANKS_PREFIX):].partition("/")
+        if given and "\x00" not in given:
+            bank = await self.resolver.resolve(given)
+            if bank != given:
+                scope["path"] = f"{BANKS_PREFIX}{bank}{sep}{rest}"
+                scope["raw_path"] = quote(scope["path"]).encode()
+                scope["hindsight.alias"] = given
+        if scope.get("method") == "GET" or (rest and not rest.startswith("aliases")):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_refreshed(message: Message) -> None:
+            # a bank deleted (its aliases with it) or an alias changed by this process: its next request
+            # must see it, so the map is reloaded (the change is committed) before the answer goes out
+            if message["type"] == "http.response.start":
+                await self.resolver.refresh()
+            await send(message)
+
+        await self.app(scope, receive, send_refreshed)
 
 
 def _answer(bank_id: str, listed: list[dict[str, Any]], status: int = 200) -> JSONResponse:

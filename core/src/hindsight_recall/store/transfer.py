@@ -140,5 +140,6 @@ async def transfer(conn: AsyncConnection, bank_id: str, transfer_id: uuid.UUID) 
 async def record_result(conn: AsyncConnection, bank_id: str, transfer_id: uuid.UUID, result: dict[str, Any]) -> None:
     """Replace a transfer's result (an export's size is known once its archive is stored)."""
     await conn.execute(text(
-        "UPDATE bank_transfers SET result = CAST(:result AS jsonb), updated_at = now() WHERE bank_id = :bank AND id = :id"
+        "UPDATE bank_transfers SET result = CAST(:result AS jsonb), updated_at = now() "
+        "WHERE bank_id = :bank AND id = :id"
     ), {"bank": bank_id, "id": transfer_id, "result": json.dumps(result)})
