@@ -369,7 +369,8 @@ def test_aliases_route_every_request(http: httpx.Client, client: Any) -> None:
     http.post(f"/v1/default/banks/{alias}/aliases", json={"alias": second, "primary": True}).raise_for_status()
     listed = http.get(f"/v1/default/banks/{bank}/aliases").json()
     assert listed["aliases"] == [{"alias": second, "primary": True}, {"alias": alias, "primary": False}]
-    promoted = run(str(http.base_url), lambda c: c.banks.set_bank_alias_primary(bank, alias, SetBankAliasPrimaryRequest(primary=True)))
+    promoted = run(str(http.base_url),
+                   lambda c: c.banks.set_bank_alias_primary(bank, alias, SetBankAliasPrimaryRequest(primary=True)))
     assert [(a.alias, a.primary) for a in promoted.aliases] == [(alias, True), (second, False)]
     assert http.patch(f"/v1/default/banks/{bank}/aliases/{alias}", json={"primary": False}).json()["aliases"] == [
         {"alias": alias, "primary": False}, {"alias": second, "primary": False}]

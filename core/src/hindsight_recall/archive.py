@@ -269,7 +269,7 @@ def document_memories(doc: dict[str, Any], where: str, *, own_links: bool) -> li
         at = f"{where} fact {index}"
         if not isinstance(fact, dict) or not isinstance(fact.get("text"), str):
             raise bad(f"{at}: a fact needs a string text")
-        ours = fact.get("hindsight_recall") if isinstance(fact.get("hindsight_recall"), dict) else {}
+        ours: dict[str, Any] = fact["hindsight_recall"] if isinstance(fact.get("hindsight_recall"), dict) else {}
         fact_type = fact.get("fact_type", "world")
         if fact_type not in FACT_TYPES:
             raise bad(f"{at}: fact_type {fact_type!r} is not one of {', '.join(FACT_TYPES)}")
@@ -282,8 +282,8 @@ def document_memories(doc: dict[str, Any], where: str, *, own_links: bool) -> li
             id=str(memory_id), text=fact["text"], type=fact_type, occurred_start=start, occurred_end=end,
             mentioned_at=_date(fact, "mentioned_at", at) or (None if start or end else _date(fact, "event_date", at)),
             context=fact.get("context"), entities=_strs(fact.get("entities"), "entities", at),
-            tags=_strs(fact.get("tags"), "tags", at), chunk=chunks.get(fact.get("chunk_index"))
-            if isinstance(fact.get("chunk_index"), int) else None,
+            tags=_strs(fact.get("tags"), "tags", at),
+            chunk=chunks.get(fact["chunk_index"]) if isinstance(fact.get("chunk_index"), int) else None,
             document_id=document_id, proof_count=ours.get("proof_count") or 1,
             metadata={str(k): str(v) for k, v in metadata.items()}, causes=[],
             source_ids=_strs(ours.get("sources"), "sources", at), position=ours.get("position"),
@@ -306,7 +306,7 @@ def observation_memory(obs: Any, index: int) -> Memory:
     at = f"observations.json item {index}"
     if not isinstance(obs, dict) or not isinstance(obs.get("text"), str):
         raise bad(f"{at}: an observation needs a string text")
-    ours = obs.get("hindsight_recall") if isinstance(obs.get("hindsight_recall"), dict) else {}
+    ours: dict[str, Any] = obs["hindsight_recall"] if isinstance(obs.get("hindsight_recall"), dict) else {}
     start, end = _date(obs, "occurred_start", at), _date(obs, "occurred_end", at)
     return _memory(dict(
         id=str(ours.get("id") or obs.get("source_id") or f"observation:{index}"), text=obs["text"],
