@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from ..engine import Engine
 from ..settings import Settings, load_settings, redact
+from .aliases import AliasResolver, AliasRouting
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None) -> Any:
     settings = settings or load_settings()
     engine = Engine(settings)
     state = ServiceState()
+    resolver = AliasResolver(engine.db)
     service_metrics = ServiceMetrics()
     service_metrics.watch_pool(engine)
     routes: list[Any] = [
@@ -103,7 +105,7 @@ def create_app(settings: Settings | None = None) -> Any:
     from .mcp import mcp_app
 
     # the MCP tools over the same engine, streamable HTTP at exactly /mcp
-    mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes)
+    mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes, aliases=resolver)
     routes += [Route("/mcp", mcp), Route("/mcp/", mcp), Route("/mcp/{bank_id}/", mcp)]
 
     @contextlib.asynccontextmanager
@@ -120,13 +122,14 @@ def create_app(settings: Settings | None = None) -> Any:
                     loading.cancel()
                 with contextlib.suppress(BaseException):
                     await loading
+                await resolver.close()
                 await engine.close()
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, state, service_metrics
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
-    return Guard(app, settings, state, service_metrics)
+    return Guard(AliasRouting(app, resolver), settings, state, service_metrics)
 
 
 async def _load(engine: Engine, state: ServiceState) -> None:

@@ -39,7 +39,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
 from importlib.metadata import version
 from inspect import signature
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -56,6 +56,7 @@ from ..errors import BankNotFound, RetainError
 from ..retain.memories import parse_memory
 from ..types import Budget, FactType, Memory, TagsMatch
 from . import mcp_tools
+from .aliases import AliasResolver
 from .items import memory_id
 from .mcp_tools import BankArg, RouteCaller
 from .routes import api_app
@@ -156,8 +157,8 @@ def _tool_errors() -> Iterator[None]:
 class _EngineSlot:
     """The engine the tools use; when the server owns it, opened in its lifespan without delaying the handshake."""
 
-    def __init__(self, engine: Engine, owned: bool) -> None:
-        self.engine, self.owned = engine, owned
+    def __init__(self, engine: Engine, owned: bool, aliases: AliasResolver) -> None:
+        self.engine, self.owned, self.aliases = engine, owned, aliases
         self._opening: asyncio.Future[Engine] | None = None
 
     @asynccontextmanager
@@ -173,6 +174,7 @@ class _EngineSlot:
             opening.cancel()
             with suppress(Exception, asyncio.CancelledError):
                 await opening
+            await self.aliases.close()
             await self.engine.close()
 
     async def get(self) -> Engine:
@@ -192,14 +194,16 @@ def _log_failure(opening: asyncio.Future[Engine]) -> None:
         log.error("the engine did not open: %s", describe_error(error) or redact(f"{type(error).__name__}: {error}"))
 
 
-def build_server(engine: Engine, *, owned: bool = False) -> MCPServer[Any]:
+def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver | None = None) -> MCPServer[Any]:
     """The MCP server with its tools over ``engine``.
 
     :param engine: the engine the tools call.
     :param owned: open the engine when the server starts and close it when it stops (stdio); else
         the caller opens it before the first tool call and closes it after the last.
+    :param aliases: the bank aliases the tools resolve (default: a resolver of the server's own).
     """
-    slot = _EngineSlot(engine, owned)
+    aliases = aliases or AliasResolver(engine.db)
+    slot = _EngineSlot(engine, owned, aliases)
     server: MCPServer[Any] = MCPServer(
         "hindsight-recall", version=version("hindsight-recall"), instructions=INSTRUCTIONS,
         log_level="WARNING", lifespan=slot.lifespan,
@@ -208,7 +212,7 @@ def build_server(engine: Engine, *, owned: bool = False) -> MCPServer[Any]:
         with _tool_errors():  # an engine that failed to open answers every call with why
             return await slot.get()
 
-    call = RouteCaller(api_app(engine), opened, engine.settings.mcp_bank_id)
+    call = RouteCaller(api_app(engine, aliases), opened, engine.settings.mcp_bank_id)
     reading = mcp_tools.READING
 
     @server.tool(annotations=reading)
@@ -327,17 +331,25 @@ class McpHttpApp:
     A host app that mounts it runs :meth:`running` in its own lifespan (see the module docstring).
     """
 
-    def __init__(self, server: MCPServer[Any], host: str, max_request_bytes: int) -> None:
+    def __init__(self, server: MCPServer[Any], host: str, max_request_bytes: int,
+                 aliases: AliasResolver | None = None) -> None:
         # The SDK's app builds the session manager, with DNS-rebinding protection when host is a loopback
         # address; only its lifespan and its handler are used, so no path of its own routing applies.
         self._standalone = server.streamable_http_app(stateless_http=True, json_response=True, host=host,
                                                       max_request_body_size=max_request_bytes)
         self._handler = StreamableHTTPASGIApp(server.session_manager)
         self._manager = server.session_manager
+        self._aliases = aliases
 
-    def running(self) -> AbstractAsyncContextManager[None]:
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
         """Run the session manager: enter once, in the host's lifespan, after the engine is open."""
-        return self._manager.run()
+        try:
+            async with self._manager.run():
+                yield
+        finally:
+            if self._aliases is not None:
+                await self._aliases.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # served on its own: the SDK's app runs the session manager
@@ -353,16 +365,20 @@ class McpHttpApp:
             mcp_tools.session_bank.reset(token)
 
 
-def mcp_app(engine: Engine, *, host: str = "127.0.0.1",
-            max_request_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> McpHttpApp:
+def mcp_app(engine: Engine, *, host: str = "127.0.0.1", max_request_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+            aliases: AliasResolver | None = None) -> McpHttpApp:
     """The MCP tools over ``engine`` as an ASGI app for streamable HTTP; the host opens and closes the engine.
 
     :param engine: the engine, opened by the host (in its lifespan) before the first request.
     :param host: the address the host binds; for a loopback address, requests whose Host or Origin
         header names another host are refused (DNS-rebinding protection).
     :param max_request_bytes: a larger request body is refused with 413 (the SDK's default: 4 MiB).
+    :param aliases: the host's bank-alias resolver, if it has one (else the app keeps its own, closed
+        when :meth:`McpHttpApp.running` ends).
     """
-    return McpHttpApp(build_server(engine), host, max_request_bytes)
+    own = aliases is None
+    aliases = aliases or AliasResolver(engine.db)
+    return McpHttpApp(build_server(engine, aliases=aliases), host, max_request_bytes, aliases if own else None)
 
 
 async def serve_stdio(engine: Engine) -> None:

@@ -8,7 +8,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from . import banks, memories
+from . import aliases, banks, memories, transfer
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import ServiceState
@@ -22,11 +22,13 @@ BANKS_PATH = "/v1/default/banks/{bank_id}"
 
 def api_routes() -> list[Route]:
     """Every resource family's routes, in matching order."""
-    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH)]
+    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *aliases.routes(BANKS_PATH),
+            *transfer.routes(BANKS_PATH)]
 
 
-def api_app(engine: Engine) -> Starlette:
-    """The routes alone over ``engine``: no guard, no lifespan (what the MCP tools call in process)."""
+def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRouting:
+    """The routes alone over ``engine``, bank aliases resolved: no guard, no lifespan (what the MCP
+    tools call in process)."""
     app = Starlette(routes=api_routes(), exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, ServiceState(ready=True), ServiceMetrics()
-    return app
+    return aliases.AliasRouting(app, resolver)

@@ -172,3 +172,14 @@ UNSUPPORTED = {
                           "meaning here; retain observations directly with the import endpoint",
     "strategy": "hindsight-recall stores items verbatim and has no extraction strategies",
 }
+
+
+class CreateAliasBody(_Body):
+    """Upstream's CreateBankAliasRequest: the extra id, and whether to show the bank under it."""
+
+    alias: str
+    primary: bool = False
+
+
+class SetAliasPrimaryBody(_Body):
+    primary: bool
