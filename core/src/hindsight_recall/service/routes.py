@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from . import banks, memories
+from . import banks, memories, unserved
 
 #: every bank-scoped path starts here
 BANKS_PATH = "/v1/default/banks/{bank_id}"
 
 
 def api_routes() -> list[Route]:
-    """Every resource family's routes, in matching order."""
-    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH)]
+    """Every resource family's routes, in matching order; the 501 answers last, so a served route wins."""
+    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *unserved.routes()]
