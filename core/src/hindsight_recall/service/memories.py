@@ -185,7 +185,8 @@ async def update_memory(request: Request) -> Response:
     """Edit a memory (upstream's ``update_memory``): text, context, dates, type, entities and (ours) tags.
 
     The edit is a retain of the same id with those fields changed, so a new text is embedded again
-    and the memory's links are rebuilt, as retaining it so would have done. Observations are refused
+    and the memory's links are rebuilt, as retaining it so would have done; links other memories made
+    to it for its old text or dates are dropped. Observations are refused
     (as upstream: they are derived), and so is ``state: invalidated``: there is no archive here.
     """
     bank_id, memory_id = bank_of(request), _memory_id(request)
@@ -206,6 +207,10 @@ async def update_memory(request: Request) -> Response:
     except RetainError as exc:
         raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
     await engine.retain(bank_id, [edited], progress=False)
+    if (edited.text, edited.occurred_start, edited.occurred_end, edited.mentioned_at) != (
+            stored.text, stored.occurred_start, stored.occurred_end, stored.mentioned_at):
+        async with engine.db.connect() as conn:
+            await memory_edit.drop_links_into(conn, bank_id, memory_id)
     found = await engine.get_memory(bank_id, memory_id)
     if found is None:  # deleted between the edit and this read
         raise _not_found(bank_id, memory_id)
