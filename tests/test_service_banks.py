@@ -357,4 +357,5 @@ def test_the_largest_accepted_settings_still_recall(client: Any, http: httpx.Cli
             assert http.patch(f"{B}/{bank_id}/config", json={"updates": updates}).status_code == 200
             for budget in ("low", "mid", "high"):
                 found = client.recall(bank_id, "Who repairs clocks?", budget=budget, max_tokens=100_000)
-                assert found.results[0].text == "Fay repairs clocks in Prague."
+                # extreme weights may reorder the two; the recall must answer, and find the fact
+                assert "Fay repairs clocks in Prague." in [r.text for r in found.results]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -80,7 +81,7 @@ async def list_memories(
         params["entity"] = entity_id
     tag_sql = tag_filter(tags, tags_match)
     if tag_sql.sql:
-        where.append(tag_sql.sql.replace("tags", "u.tags"))
+        where.append(re.sub(r"(?<![\w:.])tags\b", "u.tags", tag_sql.sql))  # the column, not :filter_tags
         params.update(tag_sql.params)
     order = "coalesce(u.mentioned_at, u.created_at) DESC, u.external_id"
     if time_field is not None or start is not None or end is not None:
