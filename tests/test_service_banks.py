@@ -331,7 +331,7 @@ def test_nan_and_infinity_are_refused(http: httpx.Client) -> None:
     bank_id = new_bank()
     http.put(f"{B}/{bank_id}", json={})
     for raw in ("NaN", "Infinity"):
-        body = '{"updates": {"recall_context_document_weight": %s}}' % raw
+        body = '{"updates": {"recall_context_document_weight": ' + raw + '}}'
         response = http.patch(f"{B}/{bank_id}/config", content=body, headers={"content-type": "application/json"})
         assert 400 <= response.status_code < 500
 

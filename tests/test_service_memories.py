@@ -20,8 +20,8 @@ from hindsight_client_api.models import UpdateMemoryRequest  # noqa: E402
 
 B = "/v1/default/banks"
 ITEMS = [
-    {"content": "Gus bakes sourdough bread every Sunday.", "timestamp": "2024-01-10T00:00:00Z", "tags": ["food", "user:gus"],
-     "entities": [{"text": "Gus"}], "context": "hobbies"},
+    {"content": "Gus bakes sourdough bread every Sunday.", "timestamp": "2024-01-10T00:00:00Z",
+     "tags": ["food", "user:gus"], "entities": [{"text": "Gus"}], "context": "hobbies"},
     {"content": "Gus works as a nurse in Lyon.", "timestamp": "2024-02-10T00:00:00Z", "tags": ["work", "user:gus"],
      "entities": [{"text": "Gus"}, {"text": "Lyon"}]},
     {"content": "Hana climbs in the Alps.", "timestamp": "2024-03-10T00:00:00Z", "tags": ["sport", "user:hana"],

@@ -18,7 +18,8 @@ B = "/v1/default/banks/{bank_id}"
 #: (path, methods, reason): every upstream route answered 501, literal paths before ``{param}`` ones
 UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/mental-models", ("GET", "POST"), f"{NO_LLM}; mental models are written by one"),
-    (f"{B}/mental-models/{{mental_model_id}}", ("GET", "PATCH", "DELETE"), f"{NO_LLM}; mental models are written by one"),
+    (f"{B}/mental-models/{{mental_model_id}}", ("GET", "PATCH", "DELETE"),
+     f"{NO_LLM}; mental models are written by one"),
     (f"{B}/mental-models/{{mental_model_id}}/history", ("GET",), f"{NO_LLM}; mental models are written by one"),
     (f"{B}/mental-models/{{mental_model_id}}/refresh", ("POST",), f"{NO_LLM}; mental models are written by one"),
     (f"{B}/mental-models/{{mental_model_id}}/dry-run-refresh", ("POST",),

@@ -60,7 +60,8 @@ async def bank_page(conn: AsyncConnection, *, search: str | None = None, limit: 
         profile = _profile(r.bank_id, r.profile or {}, r.updated_at)
         page.append({
             "bank_id": r.bank_id, "name": profile["name"], "disposition": profile["disposition"],
-            "mission": profile["mission"] or None, "created_at": _iso(r.created_at), "updated_at": profile["updated_at"],
+            "mission": profile["mission"] or None, "created_at": _iso(r.created_at),
+            "updated_at": profile["updated_at"],
             "fact_count": r.facts, "last_document_at": _iso(r.last_document), "last_write_at": _iso(r.last_write),
             "display_alias": None, "matched_aliases": [],
         })

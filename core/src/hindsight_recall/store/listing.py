@@ -85,7 +85,8 @@ async def list_memories(
         params.update(tag_sql.params)
     order = "coalesce(u.mentioned_at, u.created_at) DESC, u.external_id"
     if time_field is not None or start is not None or end is not None:
-        column = f"u.{TIME_FIELDS[TIME_FIELDS.index(time_field or 'created_at')]}"  # one of TIME_FIELDS, never caller text
+        # one of TIME_FIELDS, never caller text
+        column = f"u.{TIME_FIELDS[TIME_FIELDS.index(time_field or 'created_at')]}"
         where.append(f"{column} IS NOT NULL")
         if start is not None:
             where.append(f"{column} >= :start")
