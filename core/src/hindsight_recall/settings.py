@@ -37,34 +37,61 @@ PLUGIN_KINDS = ("text_search", "reranker", "retriever", "budget_function", "embe
 GRAPH_RETRIEVERS = ("link_expansion",)
 
 
+#: the largest per-arm row budget B a setting may give (the arms' LIMIT; HNSW's search depth stops at 1000)
+MAX_RECALL_BUDGET = 10_000
+#: the largest arm weight or context weight a setting may give
+MAX_RECALL_WEIGHT = 1000.0
+#: the longest text a bank setting may hold
+MAX_SETTING_TEXT = 1000
+
+
 class BankSettings(BaseModel):
-    """The settings a bank may override in ``banks.config``."""
+    """The settings a bank may override in ``banks.config``.
+
+    Every value is range-checked when set, so no accepted value can make a later recall fail.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    recall_budget_function: str = "fixed"
-    recall_budget_fixed_low: int = Field(100, ge=1)
-    recall_budget_fixed_mid: int = Field(300, ge=1)
-    recall_budget_fixed_high: int = Field(1000, ge=1)
-    recall_budget_adaptive_low: float = Field(0.025, gt=0)
-    recall_budget_adaptive_mid: float = Field(0.075, gt=0)
-    recall_budget_adaptive_high: float = Field(0.25, gt=0)
-    recall_budget_min: int = Field(20, ge=1)
-    recall_budget_max: int = Field(2000, ge=1)
+    recall_budget_function: str = Field("fixed", min_length=1, max_length=64, pattern=r"^\s*[A-Za-z0-9_.-]+\s*$")
+    recall_budget_fixed_low: int = Field(100, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_fixed_mid: int = Field(300, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_fixed_high: int = Field(1000, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_adaptive_low: float = Field(0.025, gt=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_budget_adaptive_mid: float = Field(0.075, gt=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_budget_adaptive_high: float = Field(0.25, gt=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_budget_min: int = Field(20, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_max: int = Field(2000, ge=1, le=MAX_RECALL_BUDGET)
     enable_temporal_retrieval: bool = True
     enable_graph_retrieval: bool = True
     enable_reranking: bool = True
     enable_text_search: bool = True
     # Fusion of the arms' lists (recall/fusion.py): by min-max scaled scores, or by ranks (RRF).
     recall_fusion: Literal["score", "rrf"] = "score"
-    recall_score_weights: str = "keyword:1,semantic:0.5,graph:0.3,temporal:0.3"
-    recall_rrf_k: int = Field(5, ge=1)
-    recall_rrf_weights: str = "keyword:1.5"
+    recall_score_weights: str = Field("keyword:1,semantic:0.5,graph:0.3,temporal:0.3", max_length=MAX_SETTING_TEXT)
+    recall_rrf_k: int = Field(5, ge=1, le=MAX_RECALL_BUDGET)
+    recall_rrf_weights: str = Field("keyword:1.5", max_length=MAX_SETTING_TEXT)
     # The context stage (recall/context.py): neighbours in a memory's document lift it.
     recall_context_enabled: bool = True
-    recall_context_neighbour_weight: float = Field(0.3, ge=0)
-    recall_context_document_weight: float = Field(0.2, ge=0)
-    recall_context_expand: int = Field(50, ge=0)
+    recall_context_neighbour_weight: float = Field(0.3, ge=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_context_document_weight: float = Field(0.2, ge=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_context_expand: int = Field(50, ge=0, le=MAX_RECALL_BUDGET)
+
+    @field_validator("recall_score_weights", "recall_rrf_weights")
+    @classmethod
+    def _arm_weights(cls, value: str) -> str:
+        """``arm:weight,…`` with printable text; a weight, where given, is a number from 0 to 1000."""
+        if not value.isprintable():
+            raise ValueError("must be printable text (arm:weight,…)")
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            weight = entry.partition(":")[2].strip()
+            try:
+                number = float(weight) if weight else 0.0
+            except ValueError:
+                raise ValueError(f"{entry!r}: the weight must be a number") from None
+            if not 0 <= number <= MAX_RECALL_WEIGHT:
+                raise ValueError(f"{entry!r}: the weight must be from 0 to {MAX_RECALL_WEIGHT:g}")
+        return value
 
     @model_validator(mode="after")
     def _budget_clamp_ordered(self) -> BankSettings:

@@ -1,22 +1,27 @@
-"""Memory routes: retain, import, list, get, delete and recall."""
+"""Memory routes: retain, import, list, get, edit, delete, clear, tags and recall."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound, QueryTooLong
+from ..errors import BankNotFound, QueryTooLong, RetainError
+from ..limits import key_problem
 from ..recall.trace import phase_sink
-from ..store import banks, listing
-from ..types import FACT_TYPES
-from .base import bank_of, body_of, endpoint, engine_of, int_query
+from ..retain.memories import parse_datetime
+from ..store import banks, listing, memory_edit
+from ..types import FACT_TYPES, Memory, TagsMatch
+from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
 from .errors import ServiceError
 from .items import build_memories, check_supported
 from .ops import Admission
-from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody
+from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
 
 #: upstream's unlimited (-1) source-fact budget, as a token count
 UNLIMITED = 2**31 - 1
@@ -72,39 +77,183 @@ def _list_item(memory: dict[str, Any]) -> dict[str, Any]:
             "source_memory_ids": memory["source_ids"]}
 
 
+def date_query(request: Request, name: str) -> datetime | None:
+    """An ISO-8601 query parameter (``Z`` allowed, naive read as UTC): 400 naming it when unreadable."""
+    value = text_query(request, name, max_chars=64)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ServiceError(400, "invalid_request", f"{name}: {value!r} is not an ISO-8601 date such as "
+                                                   "2024-05-01T12:00:00Z") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _entity_query(request: Request) -> uuid.UUID | None:
+    value = text_query(request, "entity_id", max_chars=64)
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ServiceError(400, "invalid_request", f"entity_id: {value!r} is not a UUID") from None
+
+
 @endpoint
 async def list_memories(request: Request) -> Response:
+    """A page of the bank's memories with upstream's filters; a bank that does not exist (say, just
+    deleted) lists no memories, as upstream's clients expect. ``state=invalidated`` lists none: nothing
+    here is invalidated (a memory is deleted instead)."""
     bank_id = bank_of(request)
-    fact_type = request.query_params.get("type") or None
-    if fact_type is not None and fact_type not in FACT_TYPES:
-        raise ServiceError(422, "invalid_request", f"type: {fact_type!r} is not one of {', '.join(FACT_TYPES)}")
+    fact_type = choice_query(request, "type", FACT_TYPES)
+    if text_query(request, "consolidation_state") is not None:
+        raise ServiceError(400, "unsupported_field", "consolidation_state: hindsight-recall does not consolidate "
+                                                     "memories, so none has a consolidation state")
+    state = choice_query(request, "state", ("valid", "invalidated"), "valid")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
-    engine = engine_of(request)
-    if await engine.bank_stats(bank_id) is None:
-        raise BankNotFound(bank_id)
-    items, total = await engine.list_memories(
-        bank_id, fact_type=fact_type, search=request.query_params.get("q") or None,
-        document_id=request.query_params.get("document_id") or None, limit=limit, offset=offset)
+    time_field = choice_query(request, "time_field", listing.TIME_FIELDS)
+    start, end = date_query(request, "start_date"), date_query(request, "end_date")
+    if start is not None and end is not None and start >= end:
+        raise ServiceError(400, "invalid_request", "start_date: must be before end_date")
+    filters: dict[str, Any] = dict(
+        fact_type=fact_type, search=text_query(request, "q"), document_id=text_query(request, "document_id"),
+        entity_id=_entity_query(request), tags=texts_query(request, "tags"),
+        tags_match=choice_query(request, "tags_match", tuple(m.value for m in TagsMatch), "any"),
+        time_field=time_field, start=start, end=end, limit=limit, offset=offset)
+    items: list[dict[str, Any]] = []
+    total = 0
+    if state == "valid":
+        items, total = await engine_of(request).list_memories(bank_id, **filters)
     return JSONResponse({"items": [_list_item(m) for m in items], "total": total, "limit": limit, "offset": offset})
+
+
+def _memory_id(request: Request) -> str:
+    memory_id: str = request.path_params["memory_id"]
+    if problem := key_problem(memory_id):
+        raise ServiceError(400, "invalid_request", f"memory_id: {problem}")
+    return memory_id
+
+
+def _not_found(bank_id: str, memory_id: str) -> ServiceError:
+    return ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
 
 
 @endpoint
 async def get_memory(request: Request) -> Response:
-    bank_id = bank_of(request)
-    memory_id = request.path_params["memory_id"]
+    bank_id, memory_id = bank_of(request), _memory_id(request)
     found = await engine_of(request).get_memory(bank_id, memory_id)
     if found is None:
-        raise ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
+        raise _not_found(bank_id, memory_id)
     return JSONResponse({**_list_item(found), "history": []})
+
+
+@endpoint
+async def memory_history(request: Request) -> Response:
+    """Upstream's observation history: the changes consolidation made to an observation. Nothing here
+    consolidates and an edit keeps no snapshot, so every memory's history is empty; 404 for no memory."""
+    bank_id, memory_id = bank_of(request), _memory_id(request)
+    if await engine_of(request).get_memory(bank_id, memory_id) is None:
+        raise _not_found(bank_id, memory_id)
+    return JSONResponse([])
+
+
+def _edited(memory: Memory, body: UpdateMemoryBody) -> Memory:
+    """``memory`` with the body's changes: the fields given, dates cleared by ``""`` or ``null``."""
+    changes: dict[str, Any] = {}
+    if body.text is not None:
+        if not body.text.strip():
+            raise ServiceError(400, "invalid_request", "text: must not be empty")
+        changes["text"] = body.text
+    if body.context is not None:
+        changes["context"] = body.context or None
+    for name in ("occurred_start", "occurred_end", "mentioned_at"):
+        if name in body.model_fields_set:
+            value = getattr(body, name)
+            changes[name] = parse_datetime(value, name) if value else None
+    if body.fact_type is not None:
+        changes["type"] = body.fact_type
+    if body.entities is not None:
+        changes["entities"] = tuple(dict.fromkeys(e.strip() for e in body.entities if e.strip()))
+    if body.tags is not None:
+        changes["tags"] = tuple(dict.fromkeys(t.strip() for t in body.tags if t.strip()))
+    return dataclasses.replace(memory, **changes)
+
+
+@endpoint
+async def update_memory(request: Request) -> Response:
+    """Edit a memory (upstream's ``update_memory``): text, context, dates, type, entities and (ours) tags.
+
+    The edit is a retain of the same id with those fields changed, so a new text is embedded again
+    and the memory's links are rebuilt, as retaining it so would have done; links other memories made
+    to it for its old text or dates are dropped. Observations are refused
+    (as upstream: they are derived), and so is ``state: invalidated``: there is no archive here.
+    """
+    bank_id, memory_id = bank_of(request), _memory_id(request)
+    body: UpdateMemoryBody = await body_of(request, UpdateMemoryBody)
+    if body.state == "invalidated":
+        raise ServiceError(400, "unsupported_field", "state: hindsight-recall keeps no archive of invalidated "
+                                                     "memories; delete the memory instead")
+    engine = engine_of(request)
+    async with engine.db.connect() as conn:
+        stored = await memory_edit.stored_memory(conn, bank_id, memory_id)
+    if stored is None:
+        raise _not_found(bank_id, memory_id)
+    if stored.type == "observation":
+        raise ServiceError(400, "invalid_request", "memory_id: observations are derived from other memories and "
+                                                   "cannot be edited; edit their sources")
+    try:
+        edited = _edited(stored, body)
+    except RetainError as exc:
+        raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
+    await engine.retain(bank_id, [edited], progress=False)
+    if (edited.text, edited.occurred_start, edited.occurred_end, edited.mentioned_at) != (
+            stored.text, stored.occurred_start, stored.occurred_end, stored.mentioned_at):
+        async with engine.db.connect() as conn:
+            await memory_edit.drop_links_into(conn, bank_id, memory_id)
+    found = await engine.get_memory(bank_id, memory_id)
+    if found is None:  # deleted between the edit and this read
+        raise _not_found(bank_id, memory_id)
+    return JSONResponse({**_list_item(found), "history": []})
+
+
+@endpoint
+async def clear_memories(request: Request) -> Response:
+    """Delete the bank's memories, or those of one ``type``, with their links and the chunks and entities
+    no remaining memory uses; the bank and its profile and settings stay. An unknown bank clears none."""
+    bank_id = bank_of(request)
+    fact_type = choice_query(request, "type", FACT_TYPES)
+    engine = engine_of(request)
+    async with engine.db.connect() as conn:
+        ids = await memory_edit.memory_ids(conn, bank_id, fact_type)
+        deleted = await banks.forget(conn, bank_id, ids, engine.text_search) if ids else 0
+    scope = f" of type '{fact_type}'" if fact_type else ""
+    return JSONResponse({"success": True, "message": f"Cleared {deleted} memory unit(s){scope} from bank '{bank_id}'",
+                         "deleted_count": deleted})
+
+
+@endpoint
+async def list_tags(request: Request) -> Response:
+    """The bank's tags with how many memories carry each (``q``: a pattern, ``*`` the wildcard). Mental
+    models are not kept here, so ``source=mental_models`` lists none. 404 for an unknown bank, as upstream."""
+    bank_id = bank_of(request)
+    pattern = text_query(request, "q")
+    source = choice_query(request, "source", ("memories", "mental_models"), "memories")
+    limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
+    async with engine_of(request).db.connect() as conn:
+        if await banks.bank_config(conn, bank_id) is None:
+            raise BankNotFound(bank_id)
+        items, total = ([], 0) if source == "mental_models" else await listing.list_tags(
+            conn, bank_id, pattern=pattern, limit=limit, offset=offset)
+    return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset})
 
 
 @endpoint
 async def delete_memory(request: Request) -> Response:
     """Ours (upstream has no such route): forget one memory with its links and unused chunks."""
-    bank_id = bank_of(request)
-    memory_id = request.path_params["memory_id"]
+    bank_id, memory_id = bank_of(request), _memory_id(request)
     if not await engine_of(request).forget(bank_id, [memory_id]):
-        raise ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
+        raise _not_found(bank_id, memory_id)
     return JSONResponse({"success": True, "message": f"Memory unit '{memory_id}' deleted", "deleted_count": 1})
 
 
@@ -156,7 +305,11 @@ def routes(banks_path: str) -> list[Route]:
         Route(f"{banks_path}/memories", retain, methods=["POST"]),
         Route(f"{banks_path}/memories/list", list_memories, methods=["GET"]),
         Route(f"{banks_path}/memories/recall", recall, methods=["POST"]),
+        Route(f"{banks_path}/memories", clear_memories, methods=["DELETE"]),
+        Route(f"{banks_path}/tags", list_tags, methods=["GET"]),
         Route(f"{banks_path}/memories/{{memory_id}}", get_memory, methods=["GET"]),
+        Route(f"{banks_path}/memories/{{memory_id}}", update_memory, methods=["PATCH"]),
         Route(f"{banks_path}/memories/{{memory_id}}", delete_memory, methods=["DELETE"]),
+        Route(f"{banks_path}/memories/{{memory_id}}/history", memory_history, methods=["GET"]),
         Route("/v1/default/memories/import", import_memories, methods=["POST"]),
     ]
