@@ -386,6 +386,19 @@ async def test_upstream_tools_over_serve(make_settings: Callable[..., Settings],
             assert body(await client.call_tool("list_memories", {"bank_id": mcp_bank}))["total"] == 1
             stats = body(await client.call_tool("get_bank_stats", {"bank_id": mcp_bank}))
             assert stats["total_nodes"] == 1
+            memory_id = stored["memory_ids"][0]
+            edited = body(await client.call_tool("update_memory", {"bank_id": mcp_bank, "memory_id": memory_id,
+                                                                   "text": "Priya works at Arup in Leeds."}))
+            assert edited["text"] == "Priya works at Arup in Leeds."
+            retired = body(await client.call_tool("invalidate_memory", {"bank_id": mcp_bank, "memory_id": memory_id,
+                                                                        "reason": "moved on"}))
+            assert retired["state"] == "invalidated" and retired["invalidation_reason"] == "moved on"
+            assert body(await client.call_tool("list_memories", {"bank_id": mcp_bank}))["total"] == 0
+            back = body(await client.call_tool("invalidate_memory", {"bank_id": mcp_bank, "memory_id": memory_id,
+                                                                     "restore": True}))
+            assert back["state"] == "valid"
+            tags = body(await client.call_tool("list_tags", {"bank_id": mcp_bank}))
+            assert tags == (await http.get(f"/v1/default/banks/{mcp_bank}/tags")).json()
             accepted = body(await client.call_tool("retain", {"bank_id": mcp_bank, "content": "Priya has a cat."}))
             assert accepted["status"] == "accepted"
             updated = body(await client.call_tool("update_bank", {"bank_id": mcp_bank, "name": "P",
@@ -394,6 +407,10 @@ async def test_upstream_tools_over_serve(make_settings: Callable[..., Settings],
             config = (await http.get(f"/v1/default/banks/{mcp_bank}/config")).json()
             assert config["overrides"] == {"enable_reranking": False}
             assert "bank_id" in error(await client.call_tool("get_bank", {"bank_id": ""}))
+            scratch = mcp_bank + "-scratch"
+            body(await client.call_tool("sync_retain", {"bank_id": scratch, "content": "Temporary note."}))
+            cleared = body(await client.call_tool("clear_memories", {"bank_id": scratch, "type": "world"}))
+            assert cleared["deleted_count"] == 1
         # the session's bank: from the URL, then from a header
         async with Client(f"{base}/mcp/{mcp_bank}/", read_timeout_seconds=120) as client:
             found = body(await client.call_tool("recall", {"query": "Where does Priya work?"}))

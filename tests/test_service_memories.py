@@ -246,7 +246,7 @@ async def test_aupdate_memory(service_url: str) -> None:
 
 @pytest.mark.parametrize(("body", "status", "field"), [
     ({}, 422, "body"), ({"text": ""}, 400, "text"), ({"text": "a\u0000"}, 400, "text"),
-    ({"fact_type": "observation"}, 422, "fact_type"), ({"state": "invalidated"}, 400, "state"),
+    ({"fact_type": "observation"}, 422, "fact_type"), ({"state": "retired"}, 422, "state"),
     ({"mentioned_at": "soon"}, 400, "mentioned_at"), ({"mentioned_at": "20000-01-01"}, 400, "mentioned_at"),
     ({"tags": ["x" * 2000]}, 400, "tags"), ({"colour": "red"}, 422, "colour"),
 ])
@@ -257,6 +257,40 @@ def test_bad_edits_are_refused_naming_the_field(client: Any, http: httpx.Client,
     assert response.status_code == status, response.text
     assert field in response.json()["message"]
     assert client.list_memories(bank_id, search_query="violin").total == 1  # unchanged
+
+
+def test_an_invalidated_memory_leaves_recall_until_restored(client: Any, http: httpx.Client) -> None:
+    bank_id, ids = fresh_bank(client)
+    plays = ids["plays"]
+
+    def recalled() -> list[str]:
+        return [r.id for r in client.recall(bank_id, "What does Ivo play?").results]
+
+    assert plays in recalled()
+    retired = http.patch(f"{B}/{bank_id}/memories/{plays}", json={"state": "invalidated", "reason": "sold it"})
+    assert retired.status_code == 200, retired.text
+    assert retired.json()["state"] == "invalidated" and retired.json()["invalidation_reason"] == "sold it"
+    assert plays not in recalled()
+    assert [m.id for m in client.list_memories(bank_id).items] == [ids["teaches"]]
+    listed = client.list_memories(bank_id, state="invalidated")
+    assert listed.total == 1 and listed.items[0].id == plays and listed.items[0].text == "Ivo plays the violin."
+    got = http.get(f"{B}/{bank_id}/memories/{plays}").json()
+    assert got["state"] == "invalidated" and got["tags"] == ["music"] and got["context"] == "intro"
+    # an edit of an invalidated memory keeps it invalidated; restoring brings it back with the edit
+    http.patch(f"{B}/{bank_id}/memories/{plays}", json={"text": "Ivo plays the cello."})
+    assert plays not in recalled()
+    restored = http.patch(f"{B}/{bank_id}/memories/{plays}", json={"state": "valid"})
+    assert restored.status_code == 200 and restored.json()["state"] == "valid"
+    assert restored.json()["text"] == "Ivo plays the cello." and restored.json()["tags"] == ["music"]
+    assert plays in recalled() and client.list_memories(bank_id, state="invalidated").total == 0
+    # another bank never sees it
+    other = new_bank()
+    client.retain(other, "Ivo plays the drums.")
+    assert http.get(f"{B}/{other}/memories/{plays}").status_code == 404
+    http.patch(f"{B}/{bank_id}/memories/{plays}", json={"state": "invalidated"})
+    assert client.list_memories(other, state="invalidated").total == 0
+    client.delete_bank(bank_id)  # its invalidated memories go with it
+    assert client.list_memories(bank_id, state="invalidated").total == 0
 
 
 def test_edit_of_a_missing_memory_is_404(client: Any) -> None:

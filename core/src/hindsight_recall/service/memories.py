@@ -11,11 +11,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..engine import Engine
 from ..errors import BankNotFound, QueryTooLong, RetainError
 from ..limits import key_problem
 from ..recall.trace import phase_sink
-from ..retain.memories import parse_datetime
-from ..store import banks, listing, memory_edit
+from ..retain.memories import parse_datetime, parse_memory
+from ..store import banks, invalidated, listing, memory_edit
 from ..types import FACT_TYPES, Memory, TagsMatch
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
 from .errors import ServiceError
@@ -77,6 +78,20 @@ def _list_item(memory: dict[str, Any]) -> dict[str, Any]:
             "source_memory_ids": memory["source_ids"]}
 
 
+def _invalidated_item(record: dict[str, Any]) -> dict[str, Any]:
+    """An invalidated memory (see :mod:`~hindsight_recall.store.invalidated`) in the list-row shape."""
+    line = record["memory"]
+    memory = {"id": line["id"], "text": line["text"], "type": line.get("type", "world"),
+              "context": line.get("context"), "occurred_start": line.get("occurred_start"),
+              "occurred_end": line.get("occurred_end"), "mentioned_at": line.get("mentioned_at"),
+              "tags": line.get("tags", []), "metadata": line.get("metadata", {}),
+              "document_id": line.get("document_id"), "chunk_id": None, "proof_count": line.get("proof_count", 1),
+              "entities": line.get("entities", []), "source_ids": line.get("sources", []),
+              "created_at": None, "updated_at": record["invalidated_at"]}
+    return {**_list_item(memory), "state": "invalidated", "invalidation_reason": record["reason"],
+            "invalidated_at": record["invalidated_at"]}
+
+
 def date_query(request: Request, name: str) -> datetime | None:
     """An ISO-8601 query parameter (``Z`` allowed, naive read as UTC): 400 naming it when unreadable."""
     value = text_query(request, name, max_chars=64)
@@ -103,8 +118,8 @@ def _entity_query(request: Request) -> uuid.UUID | None:
 @endpoint
 async def list_memories(request: Request) -> Response:
     """A page of the bank's memories with upstream's filters; a bank that does not exist (say, just
-    deleted) lists no memories, as upstream's clients expect. ``state=invalidated`` lists none: nothing
-    here is invalidated (a memory is deleted instead)."""
+    deleted) lists no memories, as upstream's clients expect. ``state=invalidated`` lists the
+    invalidated ones (type and ``q`` filter them; they have no links, entities rows or chunks)."""
     bank_id = bank_of(request)
     fact_type = choice_query(request, "type", FACT_TYPES)
     if text_query(request, "consolidation_state") is not None:
@@ -121,11 +136,16 @@ async def list_memories(request: Request) -> Response:
         entity_id=_entity_query(request), tags=texts_query(request, "tags"),
         tags_match=choice_query(request, "tags_match", tuple(m.value for m in TagsMatch), "any"),
         time_field=time_field, start=start, end=end, limit=limit, offset=offset)
-    items: list[dict[str, Any]] = []
-    total = 0
-    if state == "valid":
-        items, total = await engine_of(request).list_memories(bank_id, **filters)
-    return JSONResponse({"items": [_list_item(m) for m in items], "total": total, "limit": limit, "offset": offset})
+    engine = engine_of(request)
+    if state == "invalidated":
+        async with engine.db.connect() as conn:
+            records, total = await invalidated.page(conn, bank_id, fact_type=fact_type, search=filters["search"],
+                                                    limit=limit, offset=offset)
+        rows = [_invalidated_item(r) for r in records]
+    else:
+        items, total = await engine.list_memories(bank_id, **filters)
+        rows = [_list_item(m) for m in items]
+    return JSONResponse({"items": rows, "total": total, "limit": limit, "offset": offset})
 
 
 def _memory_id(request: Request) -> str:
@@ -142,10 +162,19 @@ def _not_found(bank_id: str, memory_id: str) -> ServiceError:
 @endpoint
 async def get_memory(request: Request) -> Response:
     bank_id, memory_id = bank_of(request), _memory_id(request)
-    found = await engine_of(request).get_memory(bank_id, memory_id)
-    if found is None:
+    return JSONResponse(await _current(engine_of(request), bank_id, memory_id))
+
+
+async def _current(engine: Engine, bank_id: str, memory_id: str) -> dict[str, Any]:
+    """The memory as ``GET`` answers it, valid or invalidated; 404 when it is neither."""
+    found = await engine.get_memory(bank_id, memory_id)
+    if found is not None:
+        return {**_list_item(found), "history": []}
+    async with engine.db.connect() as conn:
+        record = await invalidated.find(conn, bank_id, memory_id)
+    if record is None:
         raise _not_found(bank_id, memory_id)
-    return JSONResponse({**_list_item(found), "history": []})
+    return {**_invalidated_item(record), "history": []}
 
 
 @endpoint
@@ -182,23 +211,26 @@ def _edited(memory: Memory, body: UpdateMemoryBody) -> Memory:
 
 @endpoint
 async def update_memory(request: Request) -> Response:
-    """Edit a memory (upstream's ``update_memory``): text, context, dates, type, entities and (ours) tags.
+    """Edit a memory (upstream's ``update_memory``): text, context, dates, type, entities and (ours) tags;
+    ``state`` invalidates it (recall no longer sees it) or restores it.
 
-    The edit is a retain of the same id with those fields changed, so a new text is embedded again
+    An edit is a retain of the same id with those fields changed, so a new text is embedded again
     and the memory's links are rebuilt, as retaining it so would have done; links other memories made
-    to it for its old text or dates are dropped. Observations are refused
-    (as upstream: they are derived), and so is ``state: invalidated``: there is no archive here.
+    to it for its old text or dates are dropped. Observations are refused (as upstream: they are
+    derived). An invalidated memory leaves the bank for :mod:`~hindsight_recall.store.invalidated`,
+    its links with it; restoring it retains it again, with any edits of the same request.
     """
     bank_id, memory_id = bank_of(request), _memory_id(request)
     body: UpdateMemoryBody = await body_of(request, UpdateMemoryBody)
-    if body.state == "invalidated":
-        raise ServiceError(400, "unsupported_field", "state: hindsight-recall keeps no archive of invalidated "
-                                                     "memories; delete the memory instead")
     engine = engine_of(request)
     async with engine.db.connect() as conn:
         stored = await memory_edit.stored_memory(conn, bank_id, memory_id)
-    if stored is None:
+        retired = None if stored is not None else await invalidated.find(conn, bank_id, memory_id)
+    if stored is None and retired is None:
         raise _not_found(bank_id, memory_id)
+    if retired is not None:
+        stored = parse_memory(retired["memory"])[1]
+    assert stored is not None
     if stored.type == "observation":
         raise ServiceError(400, "invalid_request", "memory_id: observations are derived from other memories and "
                                                    "cannot be edited; edit their sources")
@@ -206,15 +238,21 @@ async def update_memory(request: Request) -> Response:
         edited = _edited(stored, body)
     except RetainError as exc:
         raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
+    if body.state == "invalidated" or (retired is not None and body.state is None):
+        async with engine.db.connect() as conn:  # one transaction: kept aside, then out of the bank
+            await invalidated.keep(conn, bank_id, edited, body.reason if retired is None or body.reason
+                                   else retired["reason"])
+            await banks.forget(conn, bank_id, [memory_id], engine.text_search)
+        return JSONResponse(await _current(engine, bank_id, memory_id))
     await engine.retain(bank_id, [edited], progress=False)
-    if (edited.text, edited.occurred_start, edited.occurred_end, edited.mentioned_at) != (
+    if retired is not None:  # only once it is back: a failed retain leaves it invalidated, not lost
+        async with engine.db.connect() as conn:
+            await invalidated.take(conn, bank_id, memory_id)
+    elif (edited.text, edited.occurred_start, edited.occurred_end, edited.mentioned_at) != (
             stored.text, stored.occurred_start, stored.occurred_end, stored.mentioned_at):
         async with engine.db.connect() as conn:
             await memory_edit.drop_links_into(conn, bank_id, memory_id)
-    found = await engine.get_memory(bank_id, memory_id)
-    if found is None:  # deleted between the edit and this read
-        raise _not_found(bank_id, memory_id)
-    return JSONResponse({**_list_item(found), "history": []})
+    return JSONResponse(await _current(engine, bank_id, memory_id))
 
 
 @endpoint

@@ -59,7 +59,6 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/audit-logs/stats", ("GET",), "audit logs are not implemented by this server"),
     (f"{B}/audit-logs/{{log_id}}", ("GET",), "audit logs are not implemented by this server"),
     (f"{B}/attachments/{{attachment_id}}", ("GET",), "retain stores text only: there are no file attachments"),
-    ("/v1/default/files/download/{key:path}", ("GET",), "retain stores text only: there are no files to download"),
     ("/v1/bank-template-schema", ("GET",), "bank templates (mental models, directives, LLM settings) are not "
                                            "implemented by this server"),
 )

@@ -333,11 +333,25 @@ def _v15(dimensions: int) -> list[str]:
     ]
 
 
+def _v16(dimensions: int) -> list[str]:
+    # Invalidated memories (upstream's curation state) leave memory_units, so no arm ever sees them,
+    # and wait here as the JSONL object that retains them again when restored.
+    return [
+        """CREATE TABLE IF NOT EXISTS invalidated_memories (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            external_id text NOT NULL,
+            memory jsonb NOT NULL,
+            reason text,
+            invalidated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (bank_id, external_id))""",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
-    15: _v15,
+    15: _v15, 16: _v16,
 }
 
 
