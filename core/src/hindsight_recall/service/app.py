@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
+from ..reflect import close_reflector
 from ..settings import Settings, load_settings, redact
 from .errors import error_response
 from .metrics import ServiceMetrics
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None) -> Any:
                     loading.cancel()
                 with contextlib.suppress(BaseException):
                     await loading
+                await close_reflector(engine)
                 await engine.close()
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})

@@ -260,7 +260,41 @@ def build_server(engine: Engine, *, owned: bool = False) -> MCPServer[Any]:
                 raise BankNotFound(bank_id)
             return stats
 
-    tools = (recall, retain, list_banks, bank_stats)
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True))
+    async def reflect(
+        bank_id: Annotated[str, Field(description="The bank to reflect in.")],
+        query: Annotated[str, Field(min_length=1, description="The question or topic to reflect on.")],
+        context: Annotated[str | None, Field(description="Why the reflection is needed; appended to the "
+                                                         "query.")] = None,
+        budget: Annotated[Budget, Field(description="How hard the recall searches.")] = Budget.LOW,
+        max_tokens: Annotated[int, Field(ge=1, description="The most tokens the answer may take.")] = 4096,
+        response_schema: Annotated[dict[str, Any] | None, Field(description="A JSON Schema; the result's "
+                                                                            "structured_output fits it.")] = None,
+        tags: Annotated[list[str] | None, Field(description="Only memories with these tags (see tags_match).")]
+        = None,
+        tags_match: Annotated[TagsMatch, Field(description="How tags filter, as in recall.")] = TagsMatch.ANY,
+        apply_all_directives: Annotated[bool, Field(description="Accepted for upstream's clients; this server "
+                                                                "has no directives.")] = False,
+        include_based_on: Annotated[bool, Field(description="Include the memories the answer cites.")] = False,
+        include_trace: Annotated[bool, Field(description="Include the recall and model calls.")] = False,
+    ) -> dict[str, Any]:
+        """Answer a question from a bank's memories with the configured chat model, citing the memories used.
+
+        One recall, one answer: the model reads what recall returns and nothing else. Without a
+        chat model configured (HINDSIGHT_API_LLM_*), the call fails and says what to set.
+        """
+        from ..reflect import reflector_for
+
+        with _tool_errors():
+            result = await reflector_for(await slot.get()).reflect(
+                bank_id, query, budget=budget.value, context=context, max_tokens=max_tokens, tags=tags,
+                tags_match=tags_match.value, response_schema=response_schema, include_facts=include_based_on,
+                include_trace=include_trace,
+            )
+        return {k: v for k, v in result.items()
+                if (k != "based_on" or include_based_on) and (k != "trace" or include_trace)}
+
+    tools = (recall, retain, list_banks, bank_stats, reflect)
     server.middleware.append(_refuse_unknown_arguments({t.__name__: frozenset(signature(t).parameters) for t in tools}))
     return server
 
