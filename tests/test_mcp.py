@@ -27,7 +27,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 COMMAND = str(Path(sys.executable).with_name("hindsight-recall"))
-TOOLS = {"recall", "retain", "list_banks", "bank_stats"}
+TOOLS = {"recall", "retain", "list_banks", "bank_stats", "reflect"}
 HARD = "&|!():*<>'\\"
 
 PRIYA = [
