@@ -331,3 +331,19 @@ async def test_the_mcp_tool_without_an_llm_names_the_settings(bare: str) -> None
     assert failed.is_error
     text = failed.content[0].text  # type: ignore[union-attr]
     assert "HINDSIGHT_API_LLM_PROVIDER" in text and "Traceback" not in text
+
+
+def test_hindsight_agno_tools_reflect_against_serve(service: str, llm: FixtureServer) -> None:
+    """Upstream's Agno integration (``hindsight-agno`` from PyPI), its toolkit driven as an agent would."""
+    agno = pytest.importorskip("hindsight_agno")
+    from agno.run.base import RunContext
+
+    bank_id = f"reflect-agno-{uuid.uuid4().hex[:8]}"
+    tools = agno.HindsightTools(bank_id=bank_id, hindsight_api_url=service, budget="low")
+    assert {"retain_memory", "recall_memory", "reflect_on_memory"} <= set(tools.functions)
+    run = RunContext(run_id="run-1", session_id="session-1", user_id="alice")
+    tools.retain_memory(run, "Alice's favourite editor is Helix.")
+    assert "Helix" in tools.recall_memory(run, "Which editor does Alice use?")
+    answer = tools.reflect_on_memory(run, "Which editor does Alice use?")
+    assert answer.startswith("From memory:") and "Helix" in answer
+    assert "Which editor does Alice use?" in prompt(llm)
