@@ -229,6 +229,7 @@ def test_presets_fill_the_base_url_and_model() -> None:
     ({"llm_api_key": KEY}, "openai"),
     ({"llm_base_url": "http://127.0.0.1:1/v1"}, "openai"),
     ({"llm_provider": " Ollama "}, "ollama"),
+    ({"llm_provider": "  ", "llm_model": " ", "llm_base_url": ""}, None),
 ])
 def test_which_provider_the_settings_choose(overrides: dict[str, Any], expected: str | None) -> None:
     assert provider_name(Settings(_env_file=None, **overrides)) == expected

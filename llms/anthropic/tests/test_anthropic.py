@@ -93,7 +93,7 @@ async def test_errors_and_the_key(server: FixtureServer) -> None:
 
 
 def test_it_is_chosen_by_name_and_needs_a_key() -> None:
-    plugins = get_plugin_manager(load="anthropic".split())
+    plugins = get_plugin_manager(load=["anthropic"])
     llm = create_llm(settings(), plugins)
     assert isinstance(llm, AnthropicLLM) and llm.url == "https://api.anthropic.com/v1/messages"
     with pytest.raises(LLMNotConfigured, match="HINDSIGHT_API_LLM_API_KEY is not set"):
