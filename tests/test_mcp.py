@@ -27,11 +27,11 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 COMMAND = str(Path(sys.executable).with_name("hindsight-recall"))
-#: upstream's tools that need no LLM, and ours (bank_stats)
-TOOLS = {"retain", "sync_retain", "recall", "list_banks", "create_bank", "get_bank", "update_bank", "delete_bank",
-         "get_bank_stats", "list_memories", "get_memory", "update_memory", "invalidate_memory", "clear_memories",
-         "list_documents", "get_document", "delete_document", "list_tags", "list_operations", "get_operation",
-         "cancel_operation", "bank_stats"}
+#: upstream's tools (reflect with the configured chat model), and ours (bank_stats)
+TOOLS = {"reflect", "retain", "sync_retain", "recall", "list_banks", "create_bank", "get_bank", "update_bank",
+         "delete_bank", "get_bank_stats", "list_memories", "get_memory", "update_memory", "invalidate_memory",
+         "clear_memories", "list_documents", "get_document", "delete_document", "list_tags", "list_operations",
+         "get_operation", "cancel_operation", "bank_stats"}
 HARD = "&|!():*<>'\\"
 
 PRIYA = [

@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -33,7 +34,7 @@ PREFIX = "HINDSIGHT_API_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECAY_FUNCTIONS = ("linear", "exponential", "none")
 #: The keys of ``Settings.plugins``: one section per plugin kind (``hindsight_recall.protocols.KINDS``).
-PLUGIN_KINDS = ("text_search", "reranker", "retriever", "budget_function", "embeddings")
+PLUGIN_KINDS = ("text_search", "reranker", "retriever", "budget_function", "embeddings", "llm")
 GRAPH_RETRIEVERS = ("link_expansion",)
 
 
@@ -185,6 +186,29 @@ class Settings(BaseSettings, BankSettings):
     reranker_timeout: float = Field(30, gt=0)
     model_init_timeout: float = Field(300, gt=0)
 
+    # The chat model that reflect asks (upstream Hindsight's setting names); unset, reflect answers 501
+    #: openai (and other OpenAI-compatible names), anthropic, gemini ...; ``none`` turns it off. Unset
+    #: with an API key or a base URL given means ``openai``, as upstream's default provider
+    llm_provider: str | None = None
+    #: the model; unset, the provider's default (upstream's table)
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    #: the server's base URL; unset, the provider's public endpoint (or the local default of ollama, lmstudio)
+    llm_base_url: str | None = None
+    #: seconds one attempt may take, from sending to the reply's last byte
+    llm_timeout: float = Field(120, gt=0)
+    #: attempts after the first, on 429, 5xx and timeouts
+    llm_max_retries: int = Field(3, ge=0, le=20)
+    llm_initial_backoff: float = Field(1.0, ge=0)
+    llm_max_backoff: float = Field(60.0, ge=0)
+    #: calls in flight across the process
+    llm_max_concurrent: int = Field(32, ge=1)
+    #: ours: read replies as server-sent events (a slow model keeps the connection busy, never idle)
+    llm_stream: bool = False
+    #: ours: how the OpenAI-compatible provider asks for JSON: ``json_schema`` (the schema itself),
+    #: ``json_object`` (any JSON; for servers without schemas) or ``none`` (the prompt alone)
+    llm_response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+
     # The HTTP service (`hindsight-recall serve`); HOST and PORT are upstream Hindsight's names
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
@@ -253,6 +277,14 @@ class Settings(BaseSettings, BankSettings):
     @classmethod
     def _plugin_name(cls, value: str) -> str:
         return value.strip().lower()
+
+    @field_validator("llm_provider", "llm_model", "llm_base_url")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None, info: ValidationInfo) -> str | None:
+        value = value.strip() if value is not None else None
+        if info.field_name == "llm_provider" and value:
+            value = value.lower()
+        return value or None
 
     @field_validator("plugins")
     @classmethod

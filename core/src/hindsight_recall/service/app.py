@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
+from ..reflect import close_reflector
 from ..settings import Settings, load_settings, redact
 from .aliases import AliasResolver, AliasRouting
 from .errors import http_error
@@ -123,6 +124,7 @@ def create_app(settings: Settings | None = None) -> Any:
                 with contextlib.suppress(BaseException):
                     await loading
                 await resolver.close()
+                await close_reflector(engine)
                 await engine.close()
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})

@@ -262,8 +262,39 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         """Cancel an operation that has not finished."""
         return await call("DELETE", f"/operations/{part(operation_id)}", bank_id=bank_id)  # type: ignore[no-any-return]
 
-    return [sync_retain, list_banks, create_bank, get_bank, update_bank, delete_bank, get_bank_stats, list_memories,
-            get_memory, update_memory, invalidate_memory, clear_memories, list_documents, get_document,
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True))
+    async def reflect(
+        query: Annotated[str, Field(min_length=1, description="The question or topic to reflect on.")],
+        context: Annotated[str | None, Field(description="Why the reflection is needed; appended to the "
+                                                         "query.")] = None,
+        budget: Annotated[Budget, Field(description="How hard the recall searches.")] = Budget.LOW,
+        max_tokens: Annotated[int, Field(ge=1, description="The most tokens the answer may take.")] = 4096,
+        response_schema: Annotated[dict[str, Any] | None, Field(description="A JSON Schema; the result's "
+                                                                            "structured_output fits it.")] = None,
+        tags: Annotated[list[str] | None, Field(description="Only memories with these tags (see tags_match).")]
+        = None,
+        tags_match: Annotated[TagsMatch, Field(description="How tags filter, as in recall.")] = TagsMatch.ANY,
+        apply_all_directives: Annotated[bool, Field(description="Accepted for upstream's clients; this server "
+                                                                "has no directives.")] = False,
+        include_based_on: Annotated[bool, Field(description="Include the memories the answer cites.")] = False,
+        include_trace: Annotated[bool, Field(description="Include the recall and model calls.")] = False,
+        bank_id: BankArg = None,
+    ) -> dict[str, Any]:
+        """Answer a question from a bank's memories with the configured chat model, citing the memories used.
+
+        One recall, one answer: the model reads what recall returns and nothing else. Without a chat
+        model configured (HINDSIGHT_API_LLM_*), the call fails and says what to set.
+        """
+        include: dict[str, Any] = {"facts": {} if include_based_on else None,
+                                   "tool_calls": {} if include_trace else None}
+        body = {"query": query, "context": context, "budget": budget.value, "max_tokens": max_tokens,
+                "response_schema": response_schema, "tags": tags, "tags_match": tags_match.value,
+                "include": include}
+        return await call("POST", "/reflect", bank_id=bank_id,  # type: ignore[no-any-return]
+                          json={k: v for k, v in body.items() if v is not None})
+
+    return [reflect, sync_retain, list_banks, create_bank, get_bank, update_bank, delete_bank, get_bank_stats,
+            list_memories, get_memory, update_memory, invalidate_memory, clear_memories, list_documents, get_document,
             delete_document, list_tags, list_operations, get_operation, cancel_operation]
 
 
