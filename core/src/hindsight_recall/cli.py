@@ -307,6 +307,8 @@ def serve(host: str | None, port: int | None) -> None:
     settings = load_settings(**overrides)
     configure_logging("info")
     click.echo(f"hindsight-recall serving on http://{settings.host}:{settings.port}", err=True)
+    click.echo(f"console at http://{settings.host}:{settings.port}/ui/" if settings.console_enabled
+               else "console off (HINDSIGHT_API_CONSOLE_ENABLED=false)", err=True)
     run_service(settings)
 
 

@@ -224,6 +224,8 @@ class Settings(BaseSettings, BankSettings):
     #: seconds in-flight requests may take to finish after SIGTERM
     service_shutdown_timeout: float = Field(30, ge=0)
     service_access_log: Literal["text", "json", "off"] = "text"
+    #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
+    console_enabled: bool = True
     #: the bank MCP tools use when neither the call, the URL (``/mcp/{bank_id}/``) nor an ``X-Bank-Id``
     #: header names one; upstream's HINDSIGHT_MCP_BANK_ID is read too
     mcp_bank_id: str = Field("default", validation_alias=AliasChoices(

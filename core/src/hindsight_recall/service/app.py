@@ -23,6 +23,7 @@ from ..engine import Engine
 from ..reflect import close_reflector
 from ..settings import Settings, load_settings, redact
 from .aliases import AliasResolver, AliasRouting
+from .console import console_routes
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
@@ -101,7 +102,7 @@ def create_app(settings: Settings | None = None) -> Any:
     routes: list[Any] = [
         Route("/health", health), Route("/health/ready", health), Route("/health/live", live),
         Route("/version", version_info), Route("/v1/version", version_info), Route("/metrics", metrics),
-        *api_routes(),
+        *api_routes(), *console_routes(settings),
     ]
     from .mcp import mcp_app
 

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.routing import Match, Route
 
 from ..settings import Settings
+from .console.auth import is_console_path
 from .errors import ServiceError, error_response, respond_to
 from .metrics import ServiceMetrics
 
@@ -78,6 +79,8 @@ class Guard:
         self.max_query = settings.service_max_query_bytes
         self.timeout = settings.service_request_timeout or None
         self.log_format = settings.service_access_log
+        # the console checks the key itself: the header, or the cookie its login form sets
+        self.console = settings.console_enabled
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -122,7 +125,7 @@ class Guard:
         path = scope["path"]
         if path in PROBES:
             return None
-        if self.expected and not hmac.compare_digest(dict(scope["headers"]).get(b"authorization", b""), self.expected):
+        if self.expected and not (self.console and is_console_path(path)) and not hmac.compare_digest(dict(scope["headers"]).get(b"authorization", b""), self.expected):
             return ServiceError(401, "unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>' "
                                 "(the server's HINDSIGHT_API_SERVICE_API_KEY)", {"WWW-Authenticate": "Bearer"})
         if not self.state.ready and path != "/metrics":

@@ -1,0 +1,93 @@
+"""Templates, security headers and the page decorator every console route goes through."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..errors import classify
+from .auth import Sessions, authorized
+
+log = logging.getLogger("hindsight_recall.console")
+
+HERE = Path(__file__).parent
+#: no script runs at all: the pages need none, so an injected one is refused by the browser too
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+       "base-uri 'none'")
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
+           "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+
+Page = Callable[[Request], Awaitable[Response]]
+
+
+def segment(value: Any) -> str:
+    """A path segment, every reserved character escaped (bank and memory ids are free text)."""
+    return quote(str(value), safe="")
+
+
+def _ms(seconds: Any) -> str:
+    return f"{float(seconds or 0) * 1000:.1f}"
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+ENV.filters.update(segment=segment, ms=_ms, num=_num)
+
+
+class Console:
+    """What the pages share: the API key (if any) and the form-token sessions."""
+
+    def __init__(self, key: str) -> None:
+        self.key, self.sessions = key, Sessions()
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = ENV.get_template(name).render(request=request, csrf=self.sessions.token(request),
+                                             login=bool(self.key), **context)
+        response = HTMLResponse(html, status_code=status, headers=HEADERS)
+        self.sessions.remember(request, response)
+        return response
+
+    def page(self, handler: Page, *, open_page: bool = False) -> Page:
+        """Check the key (unless ``open_page``), refuse a POST without its form token, and answer any
+        error as an HTML page with the API's status and message."""
+
+        @functools.wraps(handler)
+        async def wrapped(request: Request) -> Response:
+            if not open_page and not authorized(request, self.key):
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303, headers=HEADERS)
+            if request.method == "POST":
+                form = await request.form()
+                if not self.sessions.valid(request, str(form.get("csrf", ""))):
+                    return self.render(request, "error.html", 403, title="Refused",
+                                       message="The form's token is missing or stale: reload the page and try again.")
+            try:
+                return await handler(request)
+            except Exception as exc:
+                error = classify(exc)
+                if error.status >= 500:
+                    log.error("console page %s failed: %s", request.url.path, error.message)
+                return self.render(request, "error.html", error.status, title=f"Error {error.status}",
+                                   message=error.message)
+
+        return wrapped
+
+
+def redirect(path: str) -> Response:
+    return RedirectResponse(path, status_code=303, headers=HEADERS)

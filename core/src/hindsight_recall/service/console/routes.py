@@ -1,0 +1,292 @@
+"""The console's pages: banks, a bank (profile and settings), recall with its trace, memories,
+documents and entities. Reads go through the same engine and store functions as the API's routes."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ...errors import BankNotFound, InvalidRequest
+from ...recall.trace import phase_sink
+from ...settings import BankSettings, Settings
+from ...store import bank_reads, banks, browse, listing
+from ...store.db import database_errors
+from ..base import MAX_QUERY_TEXT, bank_of, choice_query, engine_of, int_query, text_query, texts_query
+from ..ops import Admission
+from .auth import KEY_COOKIE, PREFIX, set_key_cookie
+from .charts import TYPES, ring, stacked_columns
+from .render import HERE, Console, redirect, segment
+from .story import phase_bars, read_trace, why_not
+
+PAGE_SIZE = 50
+#: the longest offset a page link may carry (bounded, as the API's are)
+MAX_OFFSET = 10_000_000
+
+
+def routes(settings: Settings) -> list[BaseRoute]:
+    key = settings.service_api_key.get_secret_value() if settings.service_api_key else ""
+    console = Console(key)
+    p = console.page
+
+    async def home(request: Request) -> Response:
+        return redirect(f"{PREFIX}/")
+
+    async def login(request: Request) -> Response:
+        target = _next(request.query_params.get("next"))
+        if request.method == "POST":
+            form = await request.form()
+            target = _next(str(form.get("next", "")))
+            if not key or hmac.compare_digest(str(form.get("key", "")).encode(), key.encode()):
+                response = redirect(target)
+                if key:
+                    set_key_cookie(request, response, key)
+                return response
+            return console.render(request, "login.html", 401, next=target, failed=True)
+        return console.render(request, "login.html", next=target, failed=False)
+
+    async def logout(request: Request) -> Response:
+        response = redirect(f"{PREFIX}/login")
+        response.delete_cookie(KEY_COOKIE, path=PREFIX)
+        return response
+
+    async def bank_list(request: Request) -> Response:
+        search = text_query(request, "q")
+        offset = int_query(request, "offset", 0, MAX_OFFSET)
+        async with _conn(request, "listing banks") as conn:
+            page, total = await bank_reads.bank_page(conn, search=search, limit=PAGE_SIZE, offset=offset)
+        return console.render(request, "banks.html", banks=page, total=total, q=search or "", offset=offset,
+                              size=PAGE_SIZE)
+
+    async def bank(request: Request) -> Response:
+        return await _bank_page(request, console)
+
+    async def save_profile(request: Request) -> Response:
+        bank_id = bank_of(request)
+        form = await request.form()
+        changes: dict[str, Any] = {"name": str(form.get("name", "")), "mission": str(form.get("mission", ""))}
+        disposition = {}
+        for trait in banks.DEFAULT_DISPOSITION:
+            raw = str(form.get(trait, ""))
+            disposition[trait] = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 3 else raw
+        changes["disposition"] = disposition
+        try:
+            async with _conn(request, "set_bank_profile") as conn:
+                await _existing(conn, bank_id)
+                await banks.set_bank_profile(conn, bank_id, changes)
+        except InvalidRequest as exc:
+            return await _bank_page(request, console, error=str(exc), status=422)
+        return redirect(f"{PREFIX}/banks/{segment(bank_id)}?saved=profile")
+
+    async def save_config(request: Request) -> Response:
+        bank_id = bank_of(request)
+        form = await request.form()
+        async with _conn(request, "bank_config") as conn:
+            stored = await _existing(conn, bank_id)
+        effective = engine_of(request).settings.for_bank(stored).bank_values()
+        changes: dict[str, Any] = {}
+        for name in BankSettings.model_fields:
+            if name in form and str(form[name]) != _shown(effective[name]):
+                changes[name] = str(form[name])
+        for name in form.getlist("reset"):
+            changes[str(name)] = None
+        if changes:
+            try:
+                async with _conn(request, "set_bank_config") as conn:
+                    await banks.set_bank_config(conn, bank_id, changes)
+            except InvalidRequest as exc:
+                return await _bank_page(request, console, error=str(exc), status=422)
+        return redirect(f"{PREFIX}/banks/{segment(bank_id)}?saved=settings")
+
+    async def recall(request: Request) -> Response:
+        return await _recall_page(request, console)
+
+    async def memories(request: Request) -> Response:
+        bank_id = bank_of(request)
+        fact_type = choice_query(request, "type", TYPES)
+        search, document = text_query(request, "q"), text_query(request, "document")
+        tags = [t.strip() for t in (text_query(request, "tag") or "").split(",") if t.strip()]
+        entity = text_query(request, "entity", 64)
+        offset = int_query(request, "offset", 0, MAX_OFFSET)
+        entity_uuid = _uuid(entity) if entity else None
+        async with _conn(request, "list_memories") as conn:
+            await _existing(conn, bank_id)
+            rows, total = await listing.list_memories(conn, bank_id, fact_type=fact_type, search=search,
+                                                      document_id=document, tags=tags or None, entity_id=entity_uuid,
+                                                      limit=PAGE_SIZE, offset=offset)
+            entity_label = await browse.entity_name(conn, bank_id, str(entity_uuid)) if entity_uuid else None
+        return console.render(request, "memories.html", bank_id=bank_id, rows=rows, total=total, offset=offset,
+                              size=PAGE_SIZE, types=TYPES, type=fact_type or "", q=search or "",
+                              document=document or "", tag=", ".join(tags), entity=entity or "",
+                              entity_label=entity_label)
+
+    async def memory(request: Request) -> Response:
+        bank_id = bank_of(request)
+        memory_id = request.path_params["memory_id"]
+        async with _conn(request, "get_memory") as conn:
+            await _existing(conn, bank_id)
+            found = await listing.get_memory(conn, bank_id, memory_id)
+            links = await browse.memory_links(conn, bank_id, memory_id) if found else []
+        if found is None:
+            return console.render(request, "error.html", 404, title="Not found",
+                                  message=f"Bank {bank_id} has no memory {memory_id}.")
+        return console.render(request, "memory.html", bank_id=bank_id, m=found, links=links)
+
+    async def documents(request: Request) -> Response:
+        bank_id = bank_of(request)
+        search = text_query(request, "q")
+        offset = int_query(request, "offset", 0, MAX_OFFSET)
+        async with _conn(request, "documents") as conn:
+            await _existing(conn, bank_id)
+            rows, total = await browse.document_page(conn, bank_id, search=search, limit=PAGE_SIZE, offset=offset)
+        return console.render(request, "documents.html", bank_id=bank_id, rows=rows, total=total, q=search or "",
+                              offset=offset, size=PAGE_SIZE)
+
+    async def entities(request: Request) -> Response:
+        bank_id = bank_of(request)
+        search = text_query(request, "q")
+        offset = int_query(request, "offset", 0, MAX_OFFSET)
+        async with _conn(request, "entities") as conn:
+            await _existing(conn, bank_id)
+            rows, total = await browse.entity_page(conn, bank_id, search=search, limit=PAGE_SIZE, offset=offset)
+            top = rows[:30]
+            edges = await browse.entity_pairs(conn, bank_id, [r["id"] for r in top])
+        return console.render(request, "entities.html", bank_id=bank_id, rows=rows, total=total, q=search or "",
+                              offset=offset, size=PAGE_SIZE, graph=ring(top, edges))
+
+    bank_path = f"{PREFIX}/banks/{{bank_id}}"
+    return [
+        Route(PREFIX, p(home, open_page=True), methods=["GET"]),
+        Route(f"{PREFIX}/login", p(login, open_page=True), methods=["GET", "POST"]),
+        Route(f"{PREFIX}/logout", p(logout), methods=["POST"]),
+        Mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static"),
+        Route(f"{PREFIX}/", p(bank_list), methods=["GET"]),
+        Route(bank_path, p(bank), methods=["GET"]),
+        Route(f"{bank_path}/profile", p(save_profile), methods=["POST"]),
+        Route(f"{bank_path}/config", p(save_config), methods=["POST"]),
+        Route(f"{bank_path}/recall", p(recall), methods=["GET"]),
+        Route(f"{bank_path}/memories", p(memories), methods=["GET"]),
+        Route(f"{bank_path}/memories/{{memory_id}}", p(memory), methods=["GET"]),
+        Route(f"{bank_path}/documents", p(documents), methods=["GET"]),
+        Route(f"{bank_path}/entities", p(entities), methods=["GET"]),
+    ]
+
+
+def _next(target: str | None) -> str:
+    """Where to go after the login: a console path only (never another site)."""
+    if target and target.startswith(f"{PREFIX}/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"{PREFIX}/"
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidRequest("entity", "must be an entity id (a UUID)", status=400) from None
+
+
+@contextlib.asynccontextmanager
+async def _conn(request: Request, what: str) -> AsyncIterator[AsyncConnection]:
+    """A connection from the engine's pool, driver errors made the API's."""
+    with database_errors(what):
+        async with engine_of(request).db.connect() as conn:
+            yield conn
+
+
+async def _existing(conn: AsyncConnection, bank_id: str) -> dict[str, Any]:
+    """The bank's stored overrides; 404 for a bank that does not exist (pages never create one)."""
+    stored = await banks.bank_config(conn, bank_id)
+    if stored is None:
+        raise BankNotFound(bank_id)
+    return stored
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as the form shows it (and sends it back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+async def _bank_page(request: Request, console: Console, *, error: str | None = None, status: int = 200) -> Response:
+    bank_id = bank_of(request)
+    period = choice_query(request, "period", tuple(bank_reads.PERIODS), "30d") or "30d"
+    engine = engine_of(request)
+    async with _conn(request, "bank") as conn:
+        stats = await banks.bank_stats(conn, bank_id)
+        if stats is None:
+            raise BankNotFound(bank_id)
+        profile = await banks.bank_profile(conn, bank_id)
+        series = await bank_reads.memories_timeseries(conn, bank_id, period, "created_at", datetime.now(UTC))
+        last = await bank_reads.last_write(conn, bank_id)
+    effective = engine.settings.for_bank(stats["config"]).bank_values()
+    fields = []
+    for name, info in BankSettings.model_fields.items():
+        choices = None
+        if info.annotation is bool:
+            choices = ["true", "false"]
+        elif getattr(info.annotation, "__args__", None) and all(isinstance(a, str) for a in info.annotation.__args__):
+            choices = list(info.annotation.__args__)
+        fields.append({"name": name, "value": _shown(effective[name]), "overridden": name in stats["config"],
+                       "choices": choices})
+    return console.render(request, "bank.html", status, bank_id=bank_id, stats=stats, profile=profile,
+                          fields=fields, chart=stacked_columns(series), period=period, periods=list(bank_reads.PERIODS),
+                          last_write=last, error=error, saved=request.query_params.get("saved"), types=TYPES)
+
+
+async def _recall_page(request: Request, console: Console) -> Response:
+    bank_id = bank_of(request)
+    engine = engine_of(request)
+    query = text_query(request, "query", MAX_QUERY_TEXT)
+    form = {
+        "query": query or "",
+        "budget": choice_query(request, "budget", ("low", "mid", "high"), "mid") or "mid",
+        "max_tokens": int_query(request, "max_tokens", 4096, 1_000_000),
+        "types": [t for t in texts_query(request, "types") if t] or list(TYPES[:2]),
+        "tags": text_query(request, "tags") or "",
+        "tags_match": choice_query(request, "tags_match", ("any", "all", "any_strict", "all_strict"), "any") or "any",
+        "reranking": choice_query(request, "reranking", ("cross_encoder", "rrf", "interleave"),
+                                  "cross_encoder") or "cross_encoder",
+        "why": text_query(request, "why") or "",
+    }
+    for t in form["types"]:
+        if t not in TYPES:
+            raise InvalidRequest("types", f"{t!r} is not one of {', '.join(TYPES)}", status=400)
+    async with _conn(request, "bank") as conn:
+        stored = await _existing(conn, bank_id)
+    fusion = engine.settings.for_bank(stored).recall_fusion
+    context: dict[str, Any] = {"bank_id": bank_id, "form": form, "types": TYPES, "fusion": fusion, "view": None,
+                               "chart": None, "why": None, "error": None}
+    if query:
+        tags = [t.strip() for t in form["tags"].split(",") if t.strip()]
+        metrics = request.app.state.metrics
+        try:
+            with Admission(request.app.state.service, engine.settings, metrics):
+                token = phase_sink.set(metrics.record_phases)
+                try:
+                    response = await engine.recall(bank_id, query, budget=form["budget"], max_tokens=form["max_tokens"],
+                                                   types=form["types"], tags=tags or None, tags_match=form["tags_match"],
+                                                   reranking=form["reranking"], trace=True, include_entities=None)
+                finally:
+                    phase_sink.reset(token)
+        except InvalidRequest as exc:
+            context["error"] = str(exc)
+            return console.render(request, "recall.html", 422, **context)
+        view = read_trace(response)
+        context.update(view=view, chart=phase_bars(view.phases))
+        if form["why"]:
+            async with _conn(request, "get_memory") as conn:
+                    found = await listing.get_memory(conn, bank_id, form["why"])
+            context["why"] = why_not(view, found, form["types"], tags)
+    return console.render(request, "recall.html", **context)

@@ -1,0 +1,450 @@
+"""The console at ``/ui`` against a real ``serve``: over HTTP (escaping, form tokens, the key, bank
+isolation, bad input) and in a real browser (Debian's chromium driven by selenium)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hindsight_recall.settings import load_settings
+
+KEY = "console-key-1"
+XSS = "<img src=x onerror=alert(1)> Carol keeps a <script>alert(2)</script> diary"
+FACTS = [
+    {"content": "Alice works as a data engineer at Helios Robotics in Munich.", "tags": ["work"],
+     "entities": [{"text": "Alice"}, {"text": "Helios Robotics"}], "timestamp": "2024-03-01T00:00:00Z"},
+    {"content": "Alice ran her first marathon in Hamburg.", "tags": ["personal"], "entities": [{"text": "Alice"}]},
+    {"content": "Bob cooked pasta carbonara for dinner with Alice.", "entities": [{"text": "Bob"}, {"text": "Alice"}]},
+    {"content": XSS, "tags": ["<b>tag</b>"]},
+]
+SHOTS = Path(os.environ.get("HINDSIGHT_CONSOLE_SHOTS") or tempfile.mkdtemp(prefix="console-shots-"))
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any) -> Any:
+    from hindsight_recall.testing.service import ServerThread
+
+    data = tmp_path_factory.mktemp(name) / "data"
+    settings = load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
+                             database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"), **overrides)
+    return ServerThread(settings).start()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    running = _server(tmp_path_factory, "console-pg")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server: Any) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=120) as c:
+        yield c
+
+
+def _retain(http: httpx.Client, bank_id: str, items: list[dict[str, Any]], document: str) -> None:
+    response = http.post(f"/v1/default/banks/{bank_id}/memories",
+                         json={"items": [{**i, "document_id": document} for i in items]})
+    assert response.status_code == 200, response.text
+
+
+def _ids(http: httpx.Client, bank_id: str) -> dict[str, str]:
+    """text -> memory id, through the API."""
+    rows = http.get(f"/v1/default/banks/{bank_id}/memories/list", params={"limit": 100}).json()["items"]
+    return {r["text"]: r["id"] for r in rows}
+
+
+@pytest.fixture(scope="module")
+def banks(http: httpx.Client) -> dict[str, str]:
+    """Two banks: ``main`` holds FACTS, ``other`` one secret memory no page of ``main`` may show."""
+    main, other = f"con-{uuid.uuid4().hex[:8]}", f"oth-{uuid.uuid4().hex[:8]}"
+    _retain(http, main, FACTS, "chat-1")
+    _retain(http, other, [{"content": "The vault code of the other bank is 4711 ZEBRA."}], "secret-doc")
+    return {"main": main, "other": other}
+
+
+def _form_token(html: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', html)
+    assert found, "no form token on the page"
+    return found.group(1)
+
+
+# --- over HTTP -------------------------------------------------------------------------------------------
+
+def test_every_page_renders(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    memory_id = _ids(http, main)[FACTS[0]["content"]]
+    for path in ("/ui/", f"/ui/banks/{main}", f"/ui/banks/{main}/recall", f"/ui/banks/{main}/recall?query=Alice",
+                 f"/ui/banks/{main}/memories", f"/ui/banks/{main}/memories/{memory_id}",
+                 f"/ui/banks/{main}/documents", f"/ui/banks/{main}/entities"):
+        response = http.get(path)
+        assert response.status_code == 200, (path, response.text[:300])
+        assert response.headers["content-type"].startswith("text/html")
+    assert http.get("/ui", follow_redirects=False).headers["location"] == "/ui/"
+    assert http.get("/ui/static/console.css").status_code == 200
+
+
+def test_the_bank_list_shows_counts(http: httpx.Client, banks: dict[str, str]) -> None:
+    html = http.get("/ui/").text
+    row = re.search(rf'{banks["main"]}</a></td>\s*<td>[^<]*</td>\s*<td class="n">(\d+)</td>', html)
+    assert row and int(row.group(1)) == len(FACTS)
+    assert banks["other"] in html
+
+
+def test_security_headers(http: httpx.Client, banks: dict[str, str]) -> None:
+    response = http.get("/ui/")
+    csp = response.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "unsafe-inline" not in csp and "script-src" not in csp
+    assert response.headers["x-frame-options"] == "DENY"
+    cookie = response.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+
+
+def test_stored_text_is_escaped_everywhere(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    memory_id = _ids(http, main)[XSS]
+    for path in (f"/ui/banks/{main}/memories", f"/ui/banks/{main}/memories/{memory_id}",
+                 f"/ui/banks/{main}/recall?query=Carol+diary&types=world&types=experience"):
+        html = http.get(path).text
+        assert "&lt;img src=x onerror=alert(1)&gt;" in html, path
+        assert "<img src=x" not in html and "<script>alert" not in html and "<b>tag</b>" not in html
+
+
+def test_a_setting_is_saved_only_with_the_form_token(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    page = http.get(f"/ui/banks/{main}")
+    token = _form_token(page.text)
+    refused = http.post(f"/ui/banks/{main}/config", data={"recall_rrf_k": "17"})
+    assert refused.status_code == 403
+    forged = http.post(f"/ui/banks/{main}/config", data={"recall_rrf_k": "17", "csrf": "0" * 64})
+    assert forged.status_code == 403
+    assert "recall_rrf_k" not in http.get(f"/v1/default/banks/{main}/config").json()["overrides"]
+    saved = http.post(f"/ui/banks/{main}/config", data={"recall_rrf_k": "17", "csrf": token}, follow_redirects=False)
+    assert saved.status_code == 303, saved.text
+    assert http.get(f"/v1/default/banks/{main}/config").json()["overrides"]["recall_rrf_k"] == 17
+    reset = http.post(f"/ui/banks/{main}/config", data={"reset": "recall_rrf_k", "csrf": token}, follow_redirects=False)
+    assert reset.status_code == 303
+    assert "recall_rrf_k" not in http.get(f"/v1/default/banks/{main}/config").json()["overrides"]
+
+
+def test_a_token_from_another_browser_is_refused(http: httpx.Client, server: Any, banks: dict[str, str]) -> None:
+    token = _form_token(http.get(f"/ui/banks/{banks['main']}").text)
+    with httpx.Client(base_url=server.url) as stranger:
+        stranger.get("/ui/")  # its own session cookie
+        response = stranger.post(f"/ui/banks/{banks['main']}/config", data={"recall_rrf_k": "9", "csrf": token})
+    assert response.status_code == 403
+
+
+def test_settings_are_validated_as_the_api_validates_them(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    token = _form_token(http.get(f"/ui/banks/{main}").text)
+    for field, bad in (("recall_rrf_k", "0"), ("recall_fusion", "median"), ("enable_reranking", "maybe")):
+        response = http.post(f"/ui/banks/{main}/config", data={field: bad, "csrf": token})
+        assert response.status_code == 422 and field in response.text
+        assert field not in http.get(f"/v1/default/banks/{main}/config").json()["overrides"]
+    response = http.post(f"/ui/banks/{main}/config", data={"no_such_setting": "1", "reset": "no_such_setting",
+                                                           "csrf": token})
+    assert response.status_code == 422 and "no_such_setting" in response.text
+
+
+def test_the_profile_is_saved_and_checked(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    token = _form_token(http.get(f"/ui/banks/{main}").text)
+    form = {"name": "Console <Bank>", "mission": "remember", "skepticism": "4", "literalism": "3", "empathy": "2",
+            "csrf": token}
+    assert http.post(f"/ui/banks/{main}/profile", data=form, follow_redirects=False).status_code == 303
+    profile = http.get(f"/v1/default/banks/{main}/profile").json()
+    assert profile["name"] == "Console <Bank>" and profile["disposition"]["skepticism"] == 4
+    assert "Console &lt;Bank&gt;" in http.get(f"/ui/banks/{main}").text
+    bad = http.post(f"/ui/banks/{main}/profile", data={**form, "empathy": "9"})
+    assert bad.status_code == 422 and "disposition.empathy" in bad.text
+    assert http.get(f"/v1/default/banks/{main}/profile").json()["disposition"]["empathy"] == 2
+
+
+def test_the_recall_page_shows_the_apis_trace(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    api = http.post(f"/v1/default/banks/{main}/memories/recall",
+                    json={"query": "Where does Alice work?", "budget": "mid", "trace": True}).json()
+    html = http.get(f"/ui/banks/{main}/recall", params={"query": "Where does Alice work?", "budget": "mid"}).text
+    results = html.split('id="results"')[1].split("</table>")[0]
+    shown = re.findall(r'class="mid">([^<]+)</a>', results)
+    assert shown == [r["id"] for r in api["results"]]
+    phases = api["trace"]["summary"]["phase_metrics"]
+    chart = html.split('id="phase-chart"')[1].split("</svg>")[0]
+    assert chart.count("<rect") == len(phases)
+    for phase in phases:
+        assert f">{phase['phase_name']}</text>" in chart
+    fused = {n["node_id"]: n["rrf_score"] for n in api["trace"]["rrf_merged"]}
+    top = api["results"][0]["id"]
+    assert f"{fused[top]:.4f}" in results
+
+
+def test_why_not_names_the_stage(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    ids = _ids(http, main)
+    query = {"query": "Where does Alice work?", "max_tokens": "20"}
+    returned = http.get(f"/ui/banks/{main}/recall", params={**query, "why": ids[FACTS[0]["content"]]}).text
+    assert "It was returned, at rank 1." in returned
+    packed_out = http.get(f"/ui/banks/{main}/recall", params={**query, "why": ids[FACTS[2]["content"]]}).text
+    answer = re.search(r'id="why-answer">(.*?)</p>', packed_out, re.S)
+    assert answer and ("cut by packing" in answer.group(1) or "No retrieval arm" in answer.group(1))
+    typed = http.get(f"/ui/banks/{main}/recall", params={**query, "types": "observation",
+                                                          "why": ids[FACTS[0]["content"]]}).text
+    assert "was not among the types asked for" in typed
+    missing = http.get(f"/ui/banks/{main}/recall", params={**query, "why": "no-such-id"}).text
+    assert "This bank has no memory with that id." in missing
+
+
+def test_no_page_shows_another_banks_data(http: httpx.Client, banks: dict[str, str]) -> None:
+    main, other = banks["main"], banks["other"]
+    secret_id = _ids(http, other)["The vault code of the other bank is 4711 ZEBRA."]
+    assert http.get(f"/ui/banks/{main}/memories/{secret_id}").status_code == 404
+    pages = [f"/ui/banks/{main}/memories?q=ZEBRA", f"/ui/banks/{main}/documents", f"/ui/banks/{main}/entities",
+             f"/ui/banks/{main}", f"/ui/banks/{main}/recall?query=vault+code+ZEBRA&why={secret_id}",
+             f"/ui/banks/{main}/memories?document=secret-doc"]
+    for path in pages:
+        response = http.get(path)
+        assert response.status_code == 200 and "ZEBRA</" not in response.text and "secret-doc</a>" not in response.text
+        assert "4711" not in response.text.replace("ZEBRA", ""), path
+    assert "This bank has no memory with that id." in http.get(pages[4]).text
+
+
+def test_an_unknown_bank_is_404_and_not_created(http: httpx.Client) -> None:
+    ghost = f"ghost-{uuid.uuid4().hex[:6]}"
+    for path in ("", "/recall?query=x", "/memories", "/documents", "/entities", "/memories/x"):
+        assert http.get(f"/ui/banks/{ghost}{path}").status_code == 404, path
+    page = http.get(f"/ui/banks/{ghost}")
+    token = _form_token(page.text)
+    assert http.post(f"/ui/banks/{ghost}/config", data={"recall_rrf_k": "3", "csrf": token}).status_code == 404
+    assert http.post(f"/ui/banks/{ghost}/profile", data={"name": "x", "csrf": token}).status_code == 404
+    assert http.get(f"/v1/default/banks/{ghost}/config").status_code == 404
+
+
+@pytest.mark.parametrize(("path", "status", "field"), [
+    ("/memories?offset=1000000000000000000000000000000", 400, "offset"),
+    ("/memories?type=opinion", 400, "type"),
+    ("/memories?entity=not-a-uuid", 400, "entity"),
+    ("/recall?query=x&budget=huge", 400, "budget"),
+    ("/recall?query=x&types=opinion", 400, "types"),
+    ("/recall?query=x&max_tokens=-1", 400, "max_tokens"),
+    ("/recall?query=%00%00", 400, "query"),
+    ("?period=5y", 400, "period"),
+])
+def test_bad_input_is_a_clear_error(http: httpx.Client, banks: dict[str, str], path: str, status: int,
+                                    field: str) -> None:
+    response = http.get(f"/ui/banks/{banks['main']}{path}")
+    assert response.status_code == status and field in response.text
+    assert response.headers["content-type"].startswith("text/html")
+
+
+def test_an_empty_query_shows_the_engines_reason(http: httpx.Client, banks: dict[str, str]) -> None:
+    response = http.get(f"/ui/banks/{banks['main']}/recall", params={"query": "?!"})
+    assert response.status_code == 422 and "query" in response.text
+
+
+def test_memory_filters_and_paging(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    assert re.search(r'id="total">1<', http.get(f"/ui/banks/{main}/memories?tag=work").text)
+    assert re.search(r'id="total">1<', http.get(f"/ui/banks/{main}/memories?q=marathon").text)
+    assert re.search(rf'id="total">{len(FACTS)}<', http.get(f"/ui/banks/{main}/memories?document=chat-1").text)
+    entities = http.get(f"/ui/banks/{main}/entities").text
+    alice = re.search(r'memories\?entity=([0-9a-f-]{36})">Alice<', entities)
+    assert alice, entities[:500]
+    assert re.search(r'id="total">3<', http.get(f"/ui/banks/{main}/memories?entity={alice.group(1)}").text)
+    assert "entity-graph" in entities
+    memory = http.get(f"/ui/banks/{main}/memories/{_ids(http, main)[FACTS[0]['content']]}").text
+    assert "Helios Robotics" in memory.split('id="entities"')[1].split("</p>")[0]
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    running = _server(tmp_path_factory, "console-key-pg", service_api_key=KEY)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_the_key_is_asked_for_and_kept_in_a_strict_cookie(keyed: Any) -> None:
+    with httpx.Client(base_url=keyed.url) as c:
+        first = c.get("/ui/banks/b/memories?q=x", follow_redirects=False)
+        assert first.status_code == 303 and first.headers["location"].startswith("/ui/login?next=")
+        login = c.get(first.headers["location"])
+        assert login.status_code == 200
+        token = _form_token(login.text)
+        wrong = c.post("/ui/login", data={"key": "nope", "csrf": token, "next": "/ui/"})
+        assert wrong.status_code == 401 and "That is not the key." in wrong.text
+        assert c.post("/ui/login", data={"key": KEY, "next": "/ui/"}).status_code == 403  # no form token
+        right = c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "//evil.example/"}, follow_redirects=False)
+        assert right.status_code == 303 and right.headers["location"] == "/ui/"
+        cookie = [h for h in right.headers.get_list("set-cookie") if h.startswith("hindsight_console_key=")][0].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+        assert c.get("/ui/").status_code == 200
+        # the cookie opens the console only: the API still wants the header
+        assert c.get("/v1/default/banks").status_code == 401
+        logout = c.post("/ui/logout", data={"csrf": _form_token(c.get("/ui/").text)}, follow_redirects=False)
+        assert logout.status_code == 303
+        assert c.get("/ui/", follow_redirects=False).status_code == 303
+    with httpx.Client(base_url=keyed.url, cookies={"hindsight_console_key": "wrong"}) as c:
+        assert c.get("/ui/", follow_redirects=False).status_code == 303
+    bearer = httpx.get(f"{keyed.url}/ui/", headers={"Authorization": f"Bearer {KEY}"})
+    assert bearer.status_code == 200
+    assert httpx.get(f"{keyed.url}/ui/static/console.css").status_code == 200
+
+
+def test_the_console_can_be_switched_off(tmp_path_factory: pytest.TempPathFactory) -> None:
+    running = _server(tmp_path_factory, "console-off-pg", console_enabled=False)
+    try:
+        for path in ("/ui", "/ui/", "/ui/login", "/ui/static/console.css", "/ui/banks/x"):
+            assert httpx.get(f"{running.url}{path}").status_code == 404, path
+        assert httpx.get(f"{running.url}/v1/default/banks").status_code == 200
+    finally:
+        running.stop()
+
+
+def test_the_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HINDSIGHT_API_CONSOLE_ENABLED", "false")
+    assert load_settings().console_enabled is False
+    monkeypatch.delenv("HINDSIGHT_API_CONSOLE_ENABLED")
+    assert load_settings().console_enabled is True
+
+
+# --- in a real browser ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium through the system chromedriver: nothing is downloaded, no statistics sent."""
+    if not (shutil.which("chromium") and Path("/usr/bin/chromedriver").exists()):
+        pytest.fail("the browser tests need Chromium: apt-get install -y chromium chromium-driver")
+    os.environ["SE_AVOID_STATS"] = "true"
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="console-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync", "--window-size=1280,1000",
+                 f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _shot(driver: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_full_page_screenshot(str(SHOTS / f"{name}.png")) if hasattr(driver, "save_full_page_screenshot") \
+        else driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def _no_alert(driver: Any) -> None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018
+
+
+def test_browser_loads_every_page(browser: Any, server: Any, http: httpx.Client, banks: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    main = banks["main"]
+    memory_id = _ids(http, main)[FACTS[0]["content"]]
+    pages = {"banks": ("/ui/", "banks"), "bank": (f"/ui/banks/{main}", "timeline"),
+             "memories": (f"/ui/banks/{main}/memories", "memories"),
+             "memory": (f"/ui/banks/{main}/memories/{memory_id}", "links"),
+             "documents": (f"/ui/banks/{main}/documents", "documents"),
+             "entities": (f"/ui/banks/{main}/entities", "entity-graph")}
+    for name, (path, element) in pages.items():
+        browser.get(server.url + path)
+        assert browser.find_element(By.ID, element).is_displayed(), name
+        _shot(browser, name)
+        _no_alert(browser)
+
+
+def test_browser_runs_a_recall_and_draws_the_trace(browser: Any, server: Any, banks: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server.url}/ui/banks/{banks['main']}/recall")
+    box = browser.find_element(By.ID, "query")
+    box.clear()
+    box.send_keys("Where does Alice work?")
+    browser.find_element(By.ID, "run").click()
+    chart = browser.find_element(By.ID, "phase-chart")
+    bars = chart.find_elements(By.CSS_SELECTOR, "g.bar rect")
+    assert len(bars) > 3 and all(float(b.get_attribute("width")) >= 1 for b in bars)
+    assert chart.size["height"] > 50
+    rows = browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+    assert "Helios Robotics" in rows[0].text
+    assert "query=Where+does+Alice+work" in browser.current_url
+    _shot(browser, "recall")
+
+
+def test_browser_edits_a_setting(browser: Any, server: Any, http: httpx.Client, banks: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    main = banks["main"]
+    browser.get(f"{server.url}/ui/banks/{main}")
+    field = browser.find_element(By.ID, "f-recall_budget_fixed_mid")
+    field.clear()
+    field.send_keys("250")
+    Select(browser.find_element(By.ID, "f-recall_fusion")).select_by_visible_text("rrf")
+    browser.find_element(By.ID, "save-settings").click()
+    assert "Saved" in browser.find_element(By.ID, "saved").text
+    assert browser.find_element(By.ID, "f-recall_budget_fixed_mid").get_attribute("value") == "250"
+    overrides = http.get(f"/v1/default/banks/{main}/config").json()["overrides"]
+    assert overrides["recall_budget_fixed_mid"] == 250 and overrides["recall_fusion"] == "rrf"
+    field = browser.find_element(By.ID, "f-recall_rrf_k")
+    field.clear()
+    field.send_keys("0")
+    browser.find_element(By.ID, "save-settings").click()
+    assert "recall_rrf_k" in browser.find_element(By.ID, "error").text
+    token = _form_token(http.get(f"/ui/banks/{main}").text)
+    http.post(f"/ui/banks/{main}/config", data={"reset": ["recall_budget_fixed_mid", "recall_fusion"], "csrf": token})
+
+
+def test_browser_shows_injected_markup_as_text(browser: Any, server: Any, http: httpx.Client,
+                                               banks: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    main = banks["main"]
+    memory_id = _ids(http, main)[XSS]
+    browser.get(f"{server.url}/ui/banks/{main}/memories/{memory_id}")
+    _no_alert(browser)
+    assert browser.find_element(By.ID, "memory-text").text == XSS
+    assert not browser.find_elements(By.CSS_SELECTOR, "main img") and not browser.find_elements(By.CSS_SELECTOR,
+                                                                                                "main script")
+    browser.get(f"{server.url}/ui/banks/{main}/recall?query=Carol+diary")
+    _no_alert(browser)
+    assert XSS in browser.find_element(By.ID, "results").text
+
+
+def test_browser_logs_in_with_the_key(browser: Any, keyed: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{keyed.url}/ui/")
+    assert "/ui/login" in browser.current_url
+    _shot(browser, "login")
+    browser.find_element(By.ID, "key").send_keys("wrong")
+    browser.find_element(By.ID, "login").click()
+    assert "That is not the key." in browser.find_element(By.ID, "error").text
+    browser.find_element(By.ID, "key").send_keys(KEY)
+    browser.find_element(By.ID, "login").click()
+    assert browser.find_element(By.ID, "banks").is_displayed()
+    cookie = browser.get_cookie("hindsight_console_key")
+    assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
