@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from hindsight_recall.settings import load_settings
 
 KEY = "console-key-1"
@@ -102,8 +101,8 @@ def test_the_bank_list_shows_counts(http: httpx.Client, banks: dict[str, str]) -
     assert banks["other"] in html
 
 
-def test_security_headers(http: httpx.Client, banks: dict[str, str]) -> None:
-    response = http.get("/ui/")
+def test_security_headers(server: Any, banks: dict[str, str]) -> None:
+    response = httpx.get(f"{server.url}/ui/")  # a new browser: it gets a session cookie
     csp = response.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "unsafe-inline" not in csp and "script-src" not in csp
     assert response.headers["x-frame-options"] == "DENY"
@@ -220,12 +219,11 @@ def test_no_page_shows_another_banks_data(http: httpx.Client, banks: dict[str, s
     assert "This bank has no memory with that id." in http.get(pages[4]).text
 
 
-def test_an_unknown_bank_is_404_and_not_created(http: httpx.Client) -> None:
+def test_an_unknown_bank_is_404_and_not_created(http: httpx.Client, banks: dict[str, str]) -> None:
     ghost = f"ghost-{uuid.uuid4().hex[:6]}"
     for path in ("", "/recall?query=x", "/memories", "/documents", "/entities", "/memories/x"):
         assert http.get(f"/ui/banks/{ghost}{path}").status_code == 404, path
-    page = http.get(f"/ui/banks/{ghost}")
-    token = _form_token(page.text)
+    token = _form_token(http.get(f"/ui/banks/{banks['main']}").text)
     assert http.post(f"/ui/banks/{ghost}/config", data={"recall_rrf_k": "3", "csrf": token}).status_code == 404
     assert http.post(f"/ui/banks/{ghost}/profile", data={"name": "x", "csrf": token}).status_code == 404
     assert http.get(f"/v1/default/banks/{ghost}/config").status_code == 404

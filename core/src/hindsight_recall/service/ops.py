@@ -125,7 +125,9 @@ class Guard:
         path = scope["path"]
         if path in PROBES:
             return None
-        if self.expected and not (self.console and is_console_path(path)) and not hmac.compare_digest(dict(scope["headers"]).get(b"authorization", b""), self.expected):
+        console = self.console and is_console_path(path)
+        if self.expected and not console and not hmac.compare_digest(
+                dict(scope["headers"]).get(b"authorization", b""), self.expected):
             return ServiceError(401, "unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>' "
                                 "(the server's HINDSIGHT_API_SERVICE_API_KEY)", {"WWW-Authenticate": "Bearer"})
         if not self.state.ready and path != "/metrics":

@@ -46,14 +46,16 @@ async def entity_page(conn: AsyncConnection, bank_id: str, *, search: str | None
     return [{"id": str(r.id), "name": r.canonical_name, "memories": r.memories} for r in rows], int(total or 0)
 
 
-async def entity_pairs(conn: AsyncConnection, bank_id: str, entity_ids: list[str], limit: int = 200) -> list[dict[str, Any]]:
+async def entity_pairs(conn: AsyncConnection, bank_id: str, entity_ids: list[str],
+                       limit: int = 200) -> list[dict[str, Any]]:
     """How often two of ``entity_ids`` are named by the same memory: the edges of the entity graph."""
     if len(entity_ids) < 2:
         return []
     rows = await conn.execute(text(
         "SELECT a.entity_id AS a, b.entity_id AS b, count(*) AS n FROM unit_entities a "
         "JOIN unit_entities b ON b.bank_id = a.bank_id AND b.unit_id = a.unit_id AND a.entity_id < b.entity_id "
-        "WHERE a.bank_id = :bank AND a.entity_id = ANY(CAST(:ids AS uuid[])) AND b.entity_id = ANY(CAST(:ids AS uuid[])) "
+        "WHERE a.bank_id = :bank AND a.entity_id = ANY(CAST(:ids AS uuid[])) "
+        "AND b.entity_id = ANY(CAST(:ids AS uuid[])) "
         "GROUP BY 1, 2 ORDER BY n DESC LIMIT :limit"), {"bank": bank_id, "ids": entity_ids, "limit": limit})
     return [{"a": str(r.a), "b": str(r.b), "n": r.n} for r in rows]
 
@@ -76,5 +78,8 @@ async def memory_links(conn: AsyncConnection, bank_id: str, memory_id: str, limi
 
 
 async def entity_name(conn: AsyncConnection, bank_id: str, entity_id: str) -> str | None:
-    return await conn.scalar(text("SELECT canonical_name FROM entities WHERE bank_id = :bank AND id = CAST(:id AS uuid)"),
-                             {"bank": bank_id, "id": entity_id})
+    """An entity's name, if the bank has it."""
+    name: str | None = await conn.scalar(text(
+        "SELECT canonical_name FROM entities WHERE bank_id = :bank AND id = CAST(:id AS uuid)"),
+        {"bank": bank_id, "id": entity_id})
+    return name

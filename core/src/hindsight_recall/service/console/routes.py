@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -98,8 +97,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
         for name in BankSettings.model_fields:
             if name in form and str(form[name]) != _shown(effective[name]):
                 changes[name] = str(form[name])
-        for name in form.getlist("reset"):
-            changes[str(name)] = None
+        for reset in form.getlist("reset"):
+            changes[str(reset)] = None
         if changes:
             try:
                 async with _conn(request, "set_bank_config") as conn:
@@ -121,9 +120,9 @@ def routes(settings: Settings) -> list[BaseRoute]:
         entity_uuid = _uuid(entity) if entity else None
         async with _conn(request, "list_memories") as conn:
             await _existing(conn, bank_id)
-            rows, total = await listing.list_memories(conn, bank_id, fact_type=fact_type, search=search,
-                                                      document_id=document, tags=tags or None, entity_id=entity_uuid,
-                                                      limit=PAGE_SIZE, offset=offset)
+            rows, total = await listing.list_memories(
+                conn, bank_id, fact_type=fact_type, search=search, document_id=document, tags=tags or None,
+                tags_match="any_strict", entity_id=entity_uuid, limit=PAGE_SIZE, offset=offset)
             entity_label = await browse.entity_name(conn, bank_id, str(entity_uuid)) if entity_uuid else None
         return console.render(request, "memories.html", bank_id=bank_id, rows=rows, total=total, offset=offset,
                               size=PAGE_SIZE, types=TYPES, type=fact_type or "", q=search or "",
@@ -234,10 +233,11 @@ async def _bank_page(request: Request, console: Console, *, error: str | None = 
     fields = []
     for name, info in BankSettings.model_fields.items():
         choices = None
+        literal = getattr(info.annotation, "__args__", None) or ()
         if info.annotation is bool:
             choices = ["true", "false"]
-        elif getattr(info.annotation, "__args__", None) and all(isinstance(a, str) for a in info.annotation.__args__):
-            choices = list(info.annotation.__args__)
+        elif literal and all(isinstance(a, str) for a in literal):
+            choices = list(literal)
         fields.append({"name": name, "value": _shown(effective[name]), "overridden": name in stats["config"],
                        "choices": choices})
     return console.render(request, "bank.html", status, bank_id=bank_id, stats=stats, profile=profile,
@@ -249,11 +249,11 @@ async def _recall_page(request: Request, console: Console) -> Response:
     bank_id = bank_of(request)
     engine = engine_of(request)
     query = text_query(request, "query", MAX_QUERY_TEXT)
-    form = {
+    form: dict[str, Any] = {
         "query": query or "",
         "budget": choice_query(request, "budget", ("low", "mid", "high"), "mid") or "mid",
         "max_tokens": int_query(request, "max_tokens", 4096, 1_000_000),
-        "types": [t for t in texts_query(request, "types") if t] or list(TYPES[:2]),
+        "types": [t for t in texts_query(request, "types") if t] or list(TYPES),
         "tags": text_query(request, "tags") or "",
         "tags_match": choice_query(request, "tags_match", ("any", "all", "any_strict", "all_strict"), "any") or "any",
         "reranking": choice_query(request, "reranking", ("cross_encoder", "rrf", "interleave"),
@@ -275,9 +275,9 @@ async def _recall_page(request: Request, console: Console) -> Response:
             with Admission(request.app.state.service, engine.settings, metrics):
                 token = phase_sink.set(metrics.record_phases)
                 try:
-                    response = await engine.recall(bank_id, query, budget=form["budget"], max_tokens=form["max_tokens"],
-                                                   types=form["types"], tags=tags or None, tags_match=form["tags_match"],
-                                                   reranking=form["reranking"], trace=True, include_entities=None)
+                    response = await engine.recall(
+                        bank_id, query, budget=form["budget"], max_tokens=form["max_tokens"], types=form["types"],
+                        tags=tags or None, tags_match=form["tags_match"], reranking=form["reranking"], trace=True)
                 finally:
                     phase_sink.reset(token)
         except InvalidRequest as exc:
