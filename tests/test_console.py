@@ -183,7 +183,8 @@ def test_the_recall_page_shows_the_apis_trace(http: httpx.Client, banks: dict[st
     chart = html.split('id="phase-chart"')[1].split("</svg>")[0]
     assert chart.count("<rect") == len(phases)
     for phase in phases:
-        assert f">{phase['phase_name']}</text>" in chart
+        fact_type = phase["details"].get("fact_type")
+        assert f">{phase['phase_name']}{f' ({fact_type})' if fact_type else ''}</text>" in chart
     fused = {n["node_id"]: n["rrf_score"] for n in api["trace"]["rrf_merged"]}
     top = api["results"][0]["id"]
     assert f"{fused[top]:.4f}" in results
