@@ -447,3 +447,20 @@ def test_browser_logs_in_with_the_key(browser: Any, keyed: Any) -> None:
     assert browser.find_element(By.ID, "banks").is_displayed()
     cookie = browser.get_cookie("hindsight_console_key")
     assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+
+def test_serve_prints_the_console_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from hindsight_recall.cli import main
+    from hindsight_recall.service import run
+
+    started: list[Any] = []
+    monkeypatch.setattr(run, "serve", started.append)  # the address is printed before the server starts
+    monkeypatch.setattr(run, "configure_logging", lambda level: None)
+    done = CliRunner().invoke(main, ["serve", "--port", "9123"])
+    assert done.exit_code == 0 and "console at http://127.0.0.1:9123/ui/" in done.output
+    monkeypatch.setenv("HINDSIGHT_API_CONSOLE_ENABLED", "false")
+    done = CliRunner().invoke(main, ["serve", "--port", "9123"])
+    assert "console off (HINDSIGHT_API_CONSOLE_ENABLED=false)" in done.output and "/ui/" not in done.output
+    assert len(started) == 2 and started[1].console_enabled is False
