@@ -451,7 +451,6 @@ def test_browser_logs_in_with_the_key(browser: Any, keyed: Any) -> None:
 
 def test_serve_prints_the_console_address(monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
-
     from hindsight_recall.cli import main
     from hindsight_recall.service import run
 
@@ -464,3 +463,39 @@ def test_serve_prints_the_console_address(monkeypatch: pytest.MonkeyPatch) -> No
     done = CliRunner().invoke(main, ["serve", "--port", "9123"])
     assert "console off (HINDSIGHT_API_CONSOLE_ENABLED=false)" in done.output and "/ui/" not in done.output
     assert len(started) == 2 and started[1].console_enabled is False
+
+
+def test_why_not_reads_the_pre_rerank_cap_from_the_trace() -> None:
+    """The cap's stage, which a small bank never reaches: a trace shaped as the engine writes it."""
+    from hindsight_recall.service.console.story import read_trace, why_not
+
+    def node(i: str) -> dict[str, Any]:
+        return {"node_id": i, "text": f"text {i}", "fact_type": "world"}
+
+    response = {
+        "results": [{"id": "a", "text": "text a", "type": "world", "scores": {"final": 0.9}}],
+        "trace": {
+            "query": {"budget": 1},
+            "retrieval_results": [{"method_name": "semantic", "fact_type": "world", "results": [
+                {**node(i), "rank": r, "score": 1 / r, "score_name": "similarity"}
+                for r, i in enumerate("abcd", start=1)]}],
+            "rrf_merged": [{**node(i), "rrf_score": 0.5, "source_ranks": {}, "final_rrf_rank": r}
+                           for r, i in enumerate("abc", start=1)],
+            "reranked": [{**node(i), "rerank_score": 0.5, "rerank_rank": r, "rrf_rank": r, "rank_change": 0,
+                          "score_components": {}} for r, i in enumerate("abc", start=1)],
+            "summary": {"total_duration_seconds": 0.01, "phase_metrics": [
+                {"phase_name": "rerank_prefilter", "duration_seconds": 0.001,
+                 "details": {"kept": 3, "dropped": 1, "max_candidates": 3}},
+                {"phase_name": "token_filtering", "duration_seconds": 0.001,
+                 "details": {"max_tokens": 10, "tokens_used": 8, "results_selected": 1}}]},
+        },
+    }
+    view = read_trace(response)
+    assert [s.id for s in view.cut_before_rerank] == ["d"] and [s.id for s in view.cut_by_packing] == ["b", "c"]
+    memory = {"id": "d", "type": "world", "tags": []}
+    assert "cut by the pre-rerank cap: the 3 best fused candidates were kept and 1 dropped" in why_not(
+        view, memory, ["world"], [])
+    assert "cut by packing" in why_not(view, {**memory, "id": "b"}, ["world"], [])
+    assert "below the 2 candidates" in why_not(view, {**memory, "id": "c"}, ["world"], [])
+    assert "No retrieval arm returned it" in why_not(view, {**memory, "id": "z"}, ["world"], [])
+    assert "does not carry the tags" in why_not(view, {**memory, "id": "z"}, ["world"], ["t"])

@@ -125,7 +125,8 @@ def phase_bars(phases: list[dict[str, Any]], width: int = 560, row: int = 22) ->
         seconds = float(p.get("duration_seconds") or 0)
         name = str(p.get("phase_name"))
         fact_type = (p.get("details") or {}).get("fact_type")
-        bars.append({"name": name, "label": f"{name} ({fact_type})" if fact_type else name, "ms": seconds * 1000, "y": i * row, "x": label,
+        bars.append({"name": name, "label": f"{name} ({fact_type})" if fact_type else name,
+                     "ms": seconds * 1000, "y": i * row, "x": label,
                      "w": max(1.0, (width - label - 70) * seconds / longest),
                      "diagnostic": name.startswith(DIAGNOSTIC_PREFIXES)})
     return {"bars": bars, "width": width, "height": max(row, len(bars) * row), "label": label, "row": row}
