@@ -3,6 +3,7 @@ documents and entities. Reads go through the same engine and store functions as 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import uuid
@@ -222,13 +223,17 @@ async def _bank_page(request: Request, console: Console, *, error: str | None = 
     bank_id = bank_of(request)
     period = choice_query(request, "period", tuple(bank_reads.PERIODS), "30d") or "30d"
     engine = engine_of(request)
-    async with _conn(request, "bank") as conn:
-        stats = await banks.bank_stats(conn, bank_id)
-        if stats is None:
-            raise BankNotFound(bank_id)
-        profile = await banks.bank_profile(conn, bank_id)
-        series = await bank_reads.memories_timeseries(conn, bank_id, period, "created_at", datetime.now(UTC))
-        last = await bank_reads.last_write(conn, bank_id)
+    async def read(call: Any) -> Any:
+        async with _conn(request, "bank") as conn:
+            return await call(conn)
+
+    # each of these scans the bank: on their own connections they run side by side
+    stats, profile, series, last = await asyncio.gather(
+        read(lambda conn: banks.bank_stats(conn, bank_id)), read(lambda conn: banks.bank_profile(conn, bank_id)),
+        read(lambda conn: bank_reads.memories_timeseries(conn, bank_id, period, "created_at", datetime.now(UTC))),
+        read(lambda conn: bank_reads.last_write(conn, bank_id)))
+    if stats is None:
+        raise BankNotFound(bank_id)
     effective = engine.settings.for_bank(stats["config"]).bank_values()
     fields = []
     for name, info in BankSettings.model_fields.items():
