@@ -351,6 +351,17 @@ def _shot(driver: Any, name: str) -> None:
         else driver.save_screenshot(str(SHOTS / f"{name}.png"))
 
 
+def _submit(driver: Any, button_id: str) -> None:
+    """Click a form's button and wait until the next page has replaced this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.ID, button_id).click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
+
+
 def _no_alert(driver: Any) -> None:
     from selenium.common.exceptions import NoAlertPresentException
 
@@ -382,7 +393,7 @@ def test_browser_runs_a_recall_and_draws_the_trace(browser: Any, server: Any, ba
     box = browser.find_element(By.ID, "query")
     box.clear()
     box.send_keys("Where does Alice work?")
-    browser.find_element(By.ID, "run").click()
+    _submit(browser, "run")
     chart = browser.find_element(By.ID, "phase-chart")
     bars = chart.find_elements(By.CSS_SELECTOR, "g.bar rect")
     assert len(bars) > 3 and all(float(b.get_attribute("width")) >= 1 for b in bars)
@@ -403,7 +414,7 @@ def test_browser_edits_a_setting(browser: Any, server: Any, http: httpx.Client, 
     field.clear()
     field.send_keys("250")
     Select(browser.find_element(By.ID, "f-recall_fusion")).select_by_visible_text("rrf")
-    browser.find_element(By.ID, "save-settings").click()
+    _submit(browser, "save-settings")
     assert "Saved" in browser.find_element(By.ID, "saved").text
     assert browser.find_element(By.ID, "f-recall_budget_fixed_mid").get_attribute("value") == "250"
     overrides = http.get(f"/v1/default/banks/{main}/config").json()["overrides"]
@@ -411,7 +422,7 @@ def test_browser_edits_a_setting(browser: Any, server: Any, http: httpx.Client, 
     field = browser.find_element(By.ID, "f-recall_rrf_k")
     field.clear()
     field.send_keys("0")
-    browser.find_element(By.ID, "save-settings").click()
+    _submit(browser, "save-settings")
     assert "recall_rrf_k" in browser.find_element(By.ID, "error").text
     token = _form_token(http.get(f"/ui/banks/{main}").text)
     http.post(f"/ui/banks/{main}/config", data={"reset": ["recall_budget_fixed_mid", "recall_fusion"], "csrf": token})
@@ -440,10 +451,10 @@ def test_browser_logs_in_with_the_key(browser: Any, keyed: Any) -> None:
     assert "/ui/login" in browser.current_url
     _shot(browser, "login")
     browser.find_element(By.ID, "key").send_keys("wrong")
-    browser.find_element(By.ID, "login").click()
+    _submit(browser, "login")
     assert "That is not the key." in browser.find_element(By.ID, "error").text
     browser.find_element(By.ID, "key").send_keys(KEY)
-    browser.find_element(By.ID, "login").click()
+    _submit(browser, "login")
     assert browser.find_element(By.ID, "banks").is_displayed()
     cookie = browser.get_cookie("hindsight_console_key")
     assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict"

@@ -77,6 +77,7 @@ DEFAULTS = {
     "service_retry_after": 1,
     "service_shutdown_timeout": 30,
     "service_access_log": "text",
+    "console_enabled": True,
     "mcp_bank_id": "default",
     "llm_provider": None,
     "llm_model": None,
@@ -162,6 +163,7 @@ def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: s
         ({"port": 70000}, "HINDSIGHT_API_PORT"),
         ({"service_max_recalls_in_flight": 0}, "HINDSIGHT_API_SERVICE_MAX_RECALLS_IN_FLIGHT"),
         ({"service_access_log": "loud"}, "HINDSIGHT_API_SERVICE_ACCESS_LOG"),
+        ({"console_enabled": "maybe"}, "HINDSIGHT_API_CONSOLE_ENABLED"),
         ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
     ],
 )
