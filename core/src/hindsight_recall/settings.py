@@ -162,7 +162,16 @@ class Settings(BaseSettings, BankSettings):
     service_max_recalls_in_flight: int = Field(64, ge=1)
     service_retry_after: int = Field(1, ge=0)
     #: seconds in-flight requests may take to finish after SIGTERM
-    service_shutdown_timeout: float = Field(30, ge=0)
+    service_shutdown_timeout: float = Field(5, ge=0)
+    #: items a synchronous retain may carry; a larger one is refused (413) in favour of ``async: true``
+    service_max_sync_retain_items: int = Field(2000, ge=1)
+    #: async operations this process runs at once (0: it queues operations but runs none)
+    service_operation_workers: int = Field(2, ge=0)
+    #: seconds a worker's claim on an operation lasts unless renewed; a dead worker's operation is
+    #: taken again after it
+    service_operation_lease: float = Field(30, ge=1)
+    #: items an async retain commits per transaction (its progress is recorded after each)
+    service_operation_chunk_items: int = Field(1000, ge=1)
     service_access_log: Literal["text", "json", "off"] = "text"
 
     # Plugins

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from . import banks, memories
+from . import banks, memories, operations
 
 #: every bank-scoped path starts here
 BANKS_PATH = "/v1/default/banks/{bank_id}"
@@ -12,4 +12,4 @@ BANKS_PATH = "/v1/default/banks/{bank_id}"
 
 def api_routes() -> list[Route]:
     """Every resource family's routes, in matching order."""
-    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH)]
+    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *operations.routes(BANKS_PATH)]

@@ -191,14 +191,14 @@ async def set_bank_profile(conn: AsyncConnection, bank_id: str, changes: Mapping
 async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     """Remove a bank with everything in it (rows only: no DDL); False if it did not exist."""
     # Locking the bank row first waits for retains in flight (they hold a key-share lock on it), so
-    # no link can be written after its memories' links are deleted. Links and observation sources
-    # carry no foreign keys.
+    # no link can be written after its memories' links are deleted. Links, observation sources and
+    # queued operations carry no foreign keys.
     internal_id = await conn.scalar(
         text("SELECT internal_id FROM banks WHERE bank_id = :bank FOR UPDATE"), {"bank": bank_id}
     )
     if internal_id is None:
         return False
-    for table in ("memory_links", "observation_sources"):
+    for table in ("memory_links", "observation_sources", "operations"):
         await conn.execute(text(f"DELETE FROM {table} WHERE bank_id = :bank"), {"bank": bank_id})
     await term_stats.delete_bank(conn, bank_id)
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})

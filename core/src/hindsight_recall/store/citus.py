@@ -30,7 +30,7 @@ BANK_KEYED_JOINS = (
 )
 #: distributed by bank_id, in this order (the first one anchors the colocation group)
 DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources",
-               "term_stats")
+               "term_stats", "operations")
 #: small global tables, copied to every node
 REFERENCE = ("hindsight_meta", "hindsight_migrations")
 #: table -> its primary key on Citus (the bank column is part of every key)

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
-from . import term_stats
+from . import operations, term_stats
 from .citus import distribute, has_citus, key_by_bank
 
 if TYPE_CHECKING:
@@ -299,10 +299,15 @@ def _v12(dimensions: int) -> list[str]:
     ]
 
 
+def _v13(dimensions: int) -> list[str]:
+    # The queue of async operations (see store/operations.py): a new table, nothing rewritten.
+    return operations.table_statements()
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
 }
 
 
