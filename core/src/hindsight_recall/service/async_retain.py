@@ -22,7 +22,9 @@ from ..settings import Settings
 from ..store import banks, operations
 from ..store.db import database_errors
 from .errors import ServiceError
-from .items import build_memories
+from ..errors import RetainError
+from ..retain.memories import parse_datetime
+from .items import build_memory, item_text, placements
 from .schemas import RetainBody
 
 #: the operation type of a queued retain (upstream's name for the work of a retain)
@@ -40,6 +42,17 @@ def check_sync_size(body: RetainBody, settings: Settings) -> None:
                            "it with \"async\": true to queue it as an operation")
 
 
+def precheck(body: RetainBody) -> None:
+    """The checks of a synchronous retain that are cheap enough to answer at once (content, dates), with
+    its messages; whatever else is wrong with an item fails the operation, naming the item."""
+    for index, item in enumerate(body.items):
+        if not item_text(item, index).strip():
+            raise RetainError(None, f"items.{index}.content", "must not be empty")
+        stamp = item.timestamp
+        if isinstance(stamp, str) and stamp.strip().lower() != "unset":
+            parse_datetime(stamp, f"items.{index}.timestamp")
+
+
 def operation_uuid(value: str, field: str = "operation_id") -> uuid.UUID:
     try:
         return uuid.UUID(value)
@@ -51,7 +64,7 @@ async def submit(request: Request, engine: Engine, bank_id: str, body: RetainBod
     """Queue the retain and answer with its operation id; a client-chosen id already used by this bank's
     retain answers that operation again (nothing new is queued), by anything else 409."""
     chosen = operation_uuid(body.operation_id) if body.operation_id is not None else None
-    build_memories(bank_id, body, {})  # the sync path's validation errors, before anything is queued
+    precheck(body)
     try:
         payload = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
@@ -111,13 +124,13 @@ async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[s
         await record_plan(json.dumps(plan))
     name_documents(body, op.operation_id)
     existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
-    memories, stale = build_memories(op.bank_id, body, existing_ids, now=op.created_at)
-    done = min(op.processed, len(memories))
+    where, stale = placements(op.bank_id, body, existing_ids)
+    done = min(op.processed, len(where))
     await checkpoint("retaining", done)
-    while done < len(memories):
-        part = memories[done : done + chunk_items]
+    while done < len(where):
+        part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[done : done + chunk_items]]
         await engine.retain(op.bank_id, part, progress=False)
         done += len(part)
         await checkpoint("retaining", done)
     removed = await engine.forget(op.bank_id, stale) if stale else 0
-    return {"items_count": len(body.items), "memories": len(memories), "replaced_memories_removed": removed}
+    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from ..errors import describe_error
 from ..settings import redact
 from ..store import operations
 from . import async_retain
+from .errors import classify
 
 log = logging.getLogger("hindsight_recall.service.worker")
 
@@ -91,7 +93,12 @@ class Worker:
             free -= 1
             task = asyncio.create_task(self._run(op), name=f"operation-{op.operation_id}")
             self.running[key] = task
-            task.add_done_callback(lambda _t, k=key: (self.running.pop(k, None), self._wake.set()))
+            task.add_done_callback(functools.partial(self._ended, key))
+
+    def _ended(self, key: Key, task: asyncio.Task[None]) -> None:
+        """A run ended: free its slot and look at the queue again."""
+        self.running.pop(key, None)
+        self._wake.set()
 
     async def _run(self, op: operations.Operation) -> None:
         """Run one claimed operation under its lease; record how it ended."""
@@ -112,9 +119,10 @@ class Worker:
             log.info("operation %s stopped: it was cancelled or is no longer this worker's", op.operation_id)
             return
         except Exception as exc:
-            message = redact(describe_error(exc) or f"{type(exc).__name__}: {exc}")
+            error = classify(exc)  # the message a synchronous request would have answered
+            message = redact(error.message)
             log.warning("operation %s failed: %s", op.operation_id, message,
-                        exc_info=None if describe_error(exc) else exc)
+                        exc_info=exc if error.code == "internal_error" else None)
             await self._finish(op, "failed", error=message)
             return
         finally:
