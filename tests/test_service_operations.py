@@ -316,7 +316,8 @@ def test_operations_are_bank_scoped(http: httpx.Client) -> None:
                      http.post(f"/v1/default/banks/{other}/operations/{operation_id}/retry"),
                      http.delete(f"/v1/default/banks/{other}/operations/{operation_id}/delete")):
         assert response.status_code == 404
-    assert operation_id not in {op["id"] for op in http.get(f"/v1/default/banks/{other}/operations").json()["operations"]}
+    listed = http.get(f"/v1/default/banks/{other}/operations").json()["operations"]
+    assert operation_id not in {op["id"] for op in listed}
     assert operation(http, mine, operation_id)["status"] == "completed" and total(http, other) == 1
 
 

@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..engine import Engine
+from ..errors import RetainError
+from ..retain.memories import parse_datetime
 from ..settings import Settings
 from ..store import banks, operations
 from ..store.db import database_errors
 from .errors import ServiceError
-from ..errors import RetainError
-from ..retain.memories import parse_datetime
 from .items import build_memory, item_text, placements
 from .schemas import RetainBody
 
