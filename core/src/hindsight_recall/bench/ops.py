@@ -38,7 +38,9 @@ def _items(n: int, tag: str) -> list[dict[str, Any]]:
 def _wait(http: httpx.Client, bank_id: str, operation_id: str, timeout: float = 3600) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        found: dict[str, Any] = http.get(f"/v1/default/banks/{bank_id}/operations/{operation_id}").json()
+        response = http.get(f"/v1/default/banks/{bank_id}/operations/{operation_id}")
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()
         if found["status"] in ("completed", "failed", "cancelled"):
             return found
         if time.monotonic() > deadline:
