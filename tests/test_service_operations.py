@@ -6,6 +6,7 @@ the crash, shutdown and two-process tests run ``hindsight-recall serve`` as proc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
@@ -130,6 +131,12 @@ def test_async_retain_answers_at_once_and_completes(client: Any, http: httpx.Cli
     assert done["completed_at"] and done["error_message"] is None and done["retry_count"] == 0
     assert done["progress"]["processed"] == done["progress"]["total"] == 2
     assert done["result_metadata"]["memories"] == 2
+    assert done["task_payload"] is None
+    with_payload = http.get(f"/v1/default/banks/{bank_id}/operations/{response.operation_id}",
+                            params={"include_payload": "true"}).json()
+    assert [i["content"] for i in with_payload["task_payload"]["items"]] == [f["content"] for f in facts]
+    bad = http.get(f"/v1/default/banks/{bank_id}/operations/{response.operation_id}", params={"include_payload": "x"})
+    assert bad.status_code == 422 and bad.json()["message"].startswith("include_payload")
     recalled = client.recall(bank_id, "Who repairs motorcycles?", budget="low")
     assert recalled.results[0].text == "Dana repairs vintage motorcycles in Porto."
     assert client.list_memories(bank_id).total == 2
@@ -387,6 +394,20 @@ def test_version_says_the_worker_runs(http: httpx.Client) -> None:
     assert http.get("/version").json()["features"]["worker"] is True
 
 
+async def test_a_server_without_workers_runs_no_operations() -> None:
+    from hindsight_recall.service.app import create_app
+    from hindsight_recall.service.worker import Worker
+    from hindsight_recall.settings import load_settings
+
+    settings = load_settings(reranker_provider="rrf", service_operation_workers=0)
+    app = create_app(settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        assert (await c.get("/version")).json()["features"]["worker"] is False
+    worker = Worker(app.app.state.engine)
+    assert worker.slots == 0
+    await asyncio.wait_for(worker.run(), 1)  # returns at once: it never looks at the queue
+
+
 # ---- processes: crashes, shutdown, two servers on one queue ----------------------------------------
 
 PROCESS_CHUNK = 50
@@ -400,14 +421,19 @@ def shared_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if given:
         yield given
         return
+    import shutil
+    import tempfile
+
     from hindsight_recall.store import embedded
 
-    data = tmp_path_factory.mktemp("operations-shared-pg") / "data"
-    url = embedded.start(data)
+    work = Path(tempfile.mkdtemp(prefix="hindsight-operations-"))
+    work.chmod(0o755)  # the server's user must reach its data dir for the server's whole life
+    url = embedded.start(work / "data")
     try:
         yield url
     finally:
-        embedded.stop(data)
+        embedded.stop(work / "data")
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def serve(url: str, tmp_path: Path, name: str, **settings: str) -> Any:
