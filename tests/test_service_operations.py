@@ -516,7 +516,7 @@ def test_a_killed_servers_operation_is_taken_again_after_its_lease(shared_url: s
 
 def test_sigterm_during_a_big_async_retain_stops_at_once_and_it_resumes(shared_url: str, tmp_path: Path) -> None:
     first = serve(shared_url, tmp_path, "stopped").start()
-    bank_id, n = new_bank(), PROCESS_CHUNK * 60
+    bank_id, n = new_bank(), PROCESS_CHUNK * 40
     try:
         with httpx.Client(base_url=first.url, timeout=60) as http:
             operation_id = queue(http, bank_id, items(n))
