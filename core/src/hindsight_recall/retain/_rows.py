@@ -192,8 +192,9 @@ async def write_documents(conn: AsyncConnection, bank_id: str, memories: Sequenc
     ), {"bank": bank_id, "docs": docs, "now": datetime.now(UTC)})
     if fresh:
         return
+    # the documents' memories are read once (not once per chunk): a hashed anti-join
     await conn.execute(text(
-        f"DELETE FROM chunks c WHERE c.bank_id = :bank AND c.document_id = ANY(:docs) AND NOT EXISTS "
-        f"(SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'c.document_id')} "
+        "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.document_id = ANY(:docs) AND NOT EXISTS "
+        f"(SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'ANY(:docs)')} "
         "AND u.chunk_id = c.chunk_id)"
     ), {"bank": bank_id, "docs": docs})

@@ -223,10 +223,13 @@ DOCUMENT_KEY = "coalesce(document_id, chunk_id)"
 
 
 def of_document(alias: str, document: str) -> str:
-    """SQL: the memories ``alias`` of the document ``document`` (an SQL expression), as the document
-    position index serves them (every memory with a document has a place in it)."""
+    """SQL: the memories ``alias`` of the document ``document`` (the right side of ``=``: a column, a
+    parameter or ``ANY(:param)``), as the document position index serves them (every memory with a
+    document has a place in it)."""
     return (f"coalesce({alias}.document_id, {alias}.chunk_id) = {document} AND {alias}.document_id = {document} "
             f"AND {alias}.position IS NOT NULL")
+
+
 #: The span a memory occurred over, as one range (a single date is a point); NULL without either date.
 #: Retain guarantees start <= end; least/greatest keep a bad old row from failing the index.
 OCCURRED_RANGE = (
