@@ -1,33 +1,36 @@
-"""Query-string and path values checked before they reach the database: a bad one is a 400 (or a 422
-for a value outside a fixed set) naming the field, never a database error."""
+"""Query and path values the document, entity and graph routes add to :mod:`.base`'s: each checked
+before it reaches the database, a bad one a 400 naming it."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from starlette.requests import Request
 
 from ..limits import INT32_MAX, unicode_problem
 from ..types import TagsMatch
-from .errors import ServiceError
+from .base import MAX_QUERY_TEXT, choice_query, int_query, texts_query
+from .errors import ServiceError, as_text
 from .schemas import UNSUPPORTED
 
-#: the longest search text or tag accepted in a query string, in characters
-MAX_QUERY_TEXT = 1000
-_INTEGER = re.compile(r"-?[0-9]{1,12}")
+_SIGNED = re.compile(r"-?[0-9]{1,10}")
 
 
 def bounded_int(request: Request, name: str, default: int, *, minimum: int = 0, maximum: int = INT32_MAX) -> int:
-    """The query integer ``name`` (``default`` when absent), between ``minimum`` and ``maximum``."""
-    value = request.query_params.get(name)
-    if value is None:
+    """The query integer ``name`` (``default`` when absent), from ``minimum`` to ``maximum``."""
+    if minimum >= 0:
+        value = int_query(request, name, default, maximum)
+        if value < minimum:
+            raise ServiceError(400, "invalid_request", f"{name}: must be at least {minimum}, got {value}")
+        return value
+    raw = request.query_params.get(name)
+    if raw is None:
         return default
-    if not _INTEGER.fullmatch(value.strip()) or not minimum <= int(value) <= maximum:
+    if not _SIGNED.fullmatch(raw) or not minimum <= int(raw) <= maximum:
         raise ServiceError(400, "invalid_request",
-                           f"{name}: must be an integer from {minimum} to {maximum}, got {value[:40]!r}")
-    return int(value)
+                           f"{name}: must be an integer from {minimum} to {maximum}, got {as_text(raw)}")
+    return int(raw)
 
 
 def checked_text(name: str, value: str, limit: int = MAX_QUERY_TEXT) -> str:
@@ -40,38 +43,21 @@ def checked_text(name: str, value: str, limit: int = MAX_QUERY_TEXT) -> str:
     return value
 
 
-def text_query(request: Request, name: str) -> str | None:
-    """The query text ``name``, or ``None`` when absent or empty."""
-    value = request.query_params.get(name)
-    return checked_text(name, value) if value else None
-
-
 def path_text(request: Request, name: str) -> str:
     """The path parameter ``name`` (an id), checked like any text."""
-    return checked_text(name, request.path_params[name], 4 * MAX_QUERY_TEXT)
+    return checked_text(name, request.path_params[name])
 
 
 def tags_query(request: Request) -> list[str] | None:
     """The repeated ``tags`` query values, or ``None`` when there are none."""
-    values = request.query_params.getlist("tags")
-    return [checked_text("tags", v) for v in values] or None
+    return texts_query(request, "tags") or None
 
 
 def tags_match_query(request: Request, default: str) -> str:
     """The ``tags_match`` mode; ``tag_groups`` (compound filters) is refused as recall refuses it."""
     if request.query_params.get("tag_groups"):
         raise ServiceError(400, "unsupported_field", f"tag_groups: {UNSUPPORTED['tag_groups']}")
-    return choice_query(request, "tags_match", [m.value for m in TagsMatch], default) or default
-
-
-def choice_query(request: Request, name: str, choices: Sequence[str], default: str | None) -> str | None:
-    """The query value ``name``, one of ``choices`` (422 otherwise), or ``default`` when absent or empty."""
-    value = request.query_params.get(name) or None
-    if value is None:
-        return default
-    if value not in choices:
-        raise ServiceError(422, "invalid_request", f"{name}: {value[:40]!r} is not one of {', '.join(choices)}")
-    return value
+    return choice_query(request, "tags_match", tuple(m.value for m in TagsMatch), default) or default
 
 
 def date_query(request: Request, name: str) -> datetime | None:
@@ -82,5 +68,5 @@ def date_query(request: Request, name: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ServiceError(400, "invalid_request", f"{name}: {value[:40]!r} is not an ISO-8601 datetime") from None
+        raise ServiceError(400, "invalid_request", f"{name}: {as_text(value)} is not an ISO-8601 datetime") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

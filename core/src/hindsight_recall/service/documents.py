@@ -11,17 +11,8 @@ from starlette.routing import Route
 from ..errors import BankNotFound
 from ..store import banks, chunks, documents
 from ..store.db import database_errors
-from ._params import (
-    bounded_int,
-    checked_text,
-    choice_query,
-    date_query,
-    path_text,
-    tags_match_query,
-    tags_query,
-    text_query,
-)
-from .base import bank_of, body_of, endpoint, engine_of
+from ._params import bounded_int, checked_text, date_query, path_text, tags_match_query, tags_query
+from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, _Body
 

@@ -13,8 +13,8 @@ from ..errors import BankNotFound
 from ..limits import INT32_MAX
 from ..store import banks, entities
 from ..store.db import database_errors
-from ._params import bounded_int, path_text, tags_match_query, tags_query, text_query
-from .base import bank_of, endpoint, engine_of
+from ._params import bounded_int, path_text, tags_match_query, tags_query
+from .base import bank_of, endpoint, engine_of, text_query
 from .errors import ServiceError
 
 #: the most entities, memories or edges one answer holds

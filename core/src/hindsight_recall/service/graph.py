@@ -16,8 +16,8 @@ from ..store import banks
 from ..store.db import database_errors
 from ..store.graph import MAX_EDGES, GraphPage, graph_page
 from ..types import FACT_TYPES
-from ._params import bounded_int, choice_query, tags_match_query, tags_query, text_query
-from .base import bank_of, endpoint, engine_of
+from ._params import bounded_int, tags_match_query, tags_query
+from .base import bank_of, choice_query, endpoint, engine_of, text_query
 
 #: the most memories one graph holds
 MAX_NODES = 100_000
@@ -142,7 +142,7 @@ def assemble(page: GraphPage, limit: int) -> dict[str, Any]:
 async def get_graph(request: Request) -> Response:
     bank_id = bank_of(request)
     options: dict[str, Any] = dict(
-        fact_type=choice_query(request, "type", FACT_TYPES, None), search=text_query(request, "q"),
+        fact_type=choice_query(request, "type", tuple(FACT_TYPES)), search=text_query(request, "q"),
         tags=tags_query(request), tags_match=tags_match_query(request, "all_strict"),
         document_id=text_query(request, "document_id"), chunk_id=text_query(request, "chunk_id"),
         limit=bounded_int(request, "limit", 1000, maximum=MAX_NODES),

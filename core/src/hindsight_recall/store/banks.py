@@ -201,6 +201,9 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
         return False
     for table in ("memory_links", "observation_sources"):
         await conn.execute(text(f"DELETE FROM {table} WHERE bank_id = :bank"), {"bank": bank_id})
+    # its aliases go with it (by cascade); every process's alias map is told at commit
+    if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM bank_aliases WHERE bank_id = :bank)"), {"bank": bank_id}):
+        await conn.execute(text("SELECT pg_notify('hindsight_recall_aliases', :bank)"), {"bank": bank_id[:7000]})
     await term_stats.delete_bank(conn, bank_id)
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
     return True

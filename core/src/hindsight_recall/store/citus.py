@@ -30,7 +30,8 @@ BANK_KEYED_JOINS = (
 )
 #: distributed by bank_id, in this order (the first one anchors the colocation group)
 DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources",
-               "term_stats", "documents")
+               "term_stats", "bank_aliases", "bank_transfers", "transfer_archive_parts", "invalidated_memories",
+               "documents")
 #: small global tables, copied to every node
 REFERENCE = ("hindsight_meta", "hindsight_migrations")
 #: table -> its primary key on Citus (the bank column is part of every key)

@@ -336,11 +336,59 @@ async def _v14_rows(upgrade: Upgrade) -> None:
     await upgrade.create_indexes({"idx_chunks_document": "chunks (bank_id, document_id, chunk_index)"})
 
 
+def _v15(dimensions: int) -> list[str]:
+    # Bank aliases: extra ids that reach a bank (routing only; no row is stored under an alias). An
+    # alias is unique across banks; the key holds the bank so the table can be distributed by it, and
+    # uniqueness is kept by the writers (store/aliases.py). Transfers: each export or import run is
+    # recorded, and an export's ZIP archive is kept in parts until its bank is deleted.
+    return [
+        """CREATE TABLE IF NOT EXISTS bank_aliases (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            alias text NOT NULL,
+            is_primary boolean NOT NULL DEFAULT false,
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (bank_id, alias))""",
+        "CREATE INDEX IF NOT EXISTS idx_bank_aliases_alias ON bank_aliases (alias)",
+        "CREATE UNIQUE INDEX IF NOT EXISTS idx_bank_aliases_one_primary ON bank_aliases (bank_id) WHERE is_primary",
+        """CREATE TABLE IF NOT EXISTS bank_transfers (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            id uuid NOT NULL,
+            kind text NOT NULL,
+            status text NOT NULL,
+            result jsonb NOT NULL DEFAULT '{}'::jsonb,
+            error text,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (bank_id, id))""",
+        """CREATE TABLE IF NOT EXISTS transfer_archive_parts (
+            bank_id text NOT NULL,
+            transfer_id uuid NOT NULL,
+            part int NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY (bank_id, transfer_id, part),
+            FOREIGN KEY (bank_id, transfer_id) REFERENCES bank_transfers (bank_id, id) ON DELETE CASCADE)""",
+    ]
+
+
+def _v16(dimensions: int) -> list[str]:
+    # Invalidated memories (upstream's curation state) leave memory_units, so no arm ever sees them,
+    # and wait here as the JSONL object that retains them again when restored.
+    return [
+        """CREATE TABLE IF NOT EXISTS invalidated_memories (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            external_id text NOT NULL,
+            memory jsonb NOT NULL,
+            reason text,
+            invalidated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (bank_id, external_id))""",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
-    14: _v14,
+    14: _v14, 15: _v15, 16: _v16,
 }
 
 
