@@ -95,8 +95,10 @@ def build_memories(
             item = body.items[index]
             when = _date(item, index, now)
             new_ids.append(memory_id(bank_id, document_id, place))
+            content = item_text(item, index)
             fields: dict[str, Any] = dict(
-                id=new_ids[-1], text=item_text(item, index), type="world", occurred_start=when, occurred_end=when,
+                # the item is the memory's source chunk too, as upstream keeps a document's text in chunks
+                id=new_ids[-1], text=content, chunk=content, type="world", occurred_start=when, occurred_end=when,
                 mentioned_at=when, context=item.context, document_id=document_id, metadata=dict(item.metadata or {}),
                 tags=tuple(dict.fromkeys(t.strip() for t in [*(item.tags or []), *extra_tags] if t.strip())),
                 entities=tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip())),
