@@ -446,7 +446,8 @@ FULL_DATES = tuple(Rule(re.compile(_pad(p, *_DATE_GROUPS)), _full_date) for p in
 DAY_DATES = tuple(Rule(re.compile(rf"\b{rule.pattern.pattern}"), _full_date) for rule in FULL_DATES)
 #: What may follow "before", "since", "between … and …".
 ANCHORS: tuple[Rule, ...] = (
-    *(_counted_ago_rule(lang) for lang in LANGS.values()), PART_RULE, *QUARTER_HALF, *_SEASONS, DAY_RULE, *_RELATIVES, *FULL_DATES,
+    *(_counted_ago_rule(lang) for lang in LANGS.values()),
+    PART_RULE, *QUARTER_HALF, *_SEASONS, DAY_RULE, *_RELATIVES, *FULL_DATES,
     MONTH_YEAR,
     Rule(re.compile(rf"(?P<mon>{_MONTH})\b"), _bare_month),
     Rule(re.compile(rf"(?P<y>\d{{4}}){_YEAR_TAIL}"), _year),
