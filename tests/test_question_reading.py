@@ -96,24 +96,31 @@ def test_question_relative_to_query_timestamp() -> None:
     assert req.query_timestamp is not None
     q = read_question(req, req.query_timestamp, True, None)
     assert q.window is not None and q.window.start.date() == date(2021, 3, 1)
-    assert (q.text, q.tokens, q.source, q.phrase) == ("What did Alice do?", ("what", "did", "alice", "do"), "query",
-                                                      "last spring")
+    # the semantic arms embed the rest; the keyword arm searches the question as asked
+    assert (q.embedded, q.text, q.tokens, q.source, q.phrase) == (
+        "What did Alice do?", req.query, req.tokens, "query", "last spring")
 
 
 def test_question_with_temporal_retrieval_off_is_searched_as_asked() -> None:
     req = build_request("b", "What did Alice do last spring?")
     q = read_question(req, REF, False, None)
-    assert (q.text, q.window, q.source, q.phrase) == (req.query, None, None, None)
+    assert (q.embedded, q.text, q.window, q.source, q.phrase) == (req.query, req.query, None, None, None)
 
 
 def test_question_with_a_request_window_keeps_its_words() -> None:
     req = build_request("b", "What did Alice do last spring?",
                         temporal_window=("2020-01-01T00:00:00Z", "2020-02-01T00:00:00Z"))
     q = read_question(req, REF, True, None)
-    assert (q.text, q.window, q.source) == (req.query, req.temporal_window, "request")
+    assert (q.embedded, q.window, q.source) == (req.query, req.temporal_window, "request")
 
 
 def test_question_without_date() -> None:
     req = build_request("b", "Where does Alice work?")
     q = read_question(req, REF, True, None)
-    assert (q.text, q.tokens, q.window, q.source) == (req.query, req.tokens, None, None)
+    assert (q.embedded, q.tokens, q.window, q.source) == (req.query, req.tokens, None, None)
+
+
+def test_question_that_is_only_a_date_is_embedded_as_asked() -> None:
+    req = build_request("b", "last week")
+    q = read_question(req, REF, True, None)
+    assert q.window is not None and (q.embedded, q.phrase) == ("last week", "last week")

@@ -119,8 +119,8 @@ async def _recall(
     try:
         with trace.phase("generate_query_embedding") as details:
             embedded, embedding = await pending.embedding
-            if embedded != question.text:  # read again with the bank's settings
-                embedding = await _embed(engine, question.text)
+            if embedded != question.embedded:  # read again with the bank's settings
+                embedding = await _embed(engine, question.embedded)
             details["overlapped_arms"] = list(tasks)
         ctx = replace(ctx, embedding=embedding)
         late = [arm for arm in engine.retrievers if arm.needs_embedding and arm.enabled(ctx)]
@@ -233,7 +233,7 @@ async def _question(req: RecallRequest, config: Any, now: datetime) -> Question:
 
 
 async def _embed_question(engine: RecallServices, question: asyncio.Future[Question]) -> tuple[str, list[float]]:
-    text = (await question).text
+    text = (await question).embedded
     return text, await _embed(engine, text)
 
 

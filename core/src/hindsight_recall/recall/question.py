@@ -1,9 +1,10 @@
 """One reading of the question, before any arm starts.
 
 The date expression is read once (relative to ``query_timestamp`` when given): the temporal arm gets
-its window, and the keyword and semantic arms search the question without it, so that "What did
-Alice do last spring?" finds what Alice did in that window rather than every memory that says
-"last" or "spring".
+its window, and the semantic arms (semantic, graph seeds, the temporal arm's similarity) embed the
+question without it. The keyword arm searches the question as asked: conversations say "last weekend" and "last summer"
+in so many words, and on LoCoMo dev leaving the date words out of the keyword arm loses more than it
+gains (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from .request import RecallRequest, query_tokens
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Question:
     """What the arms search for, and the window the temporal arm gets."""
 
-    #: the text the keyword and semantic arms search
+    #: the text the keyword arm searches
     text: str
     tokens: tuple[str, ...]
     window: TimeWindow | None = None
+    #: the text the semantic arms search (embedded); ``None`` is :attr:`text`
+    semantic: str | None = None
     #: where the window came from: "request", "query", or None for no window
     source: str | None = None
     #: the date expression left out of :attr:`text`
@@ -40,13 +43,20 @@ class Question:
             "window": None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()},
             "source": self.source,
             "date_phrase": self.phrase,
-            "arms_query": self.text,
+            "keyword_query": self.text,
+            "semantic_query": self.embedded,
         }
+
+    @property
+    def embedded(self) -> str:
+        """The text whose vector the semantic, graph and temporal arms use."""
+        return self.text if self.semantic is None else self.semantic
 
 
 def whole(req: RecallRequest) -> Question:
     """The question as asked, with the request's window if it has one."""
-    return Question(req.query, req.tokens, req.temporal_window, "request" if req.temporal_window else None)
+    return Question(text=req.query, tokens=req.tokens, window=req.temporal_window,
+                    source="request" if req.temporal_window else None)
 
 
 def read_question(req: RecallRequest, now: datetime, enabled: bool, languages: list[str] | None) -> Question:
@@ -58,7 +68,7 @@ def read_question(req: RecallRequest, now: datetime, enabled: bool, languages: l
     :param languages: the date finder's languages (``QUERY_ANALYZER_LANGUAGES``); ``None`` allows all.
     """
     if not enabled:
-        return Question(req.query, req.tokens)
+        return Question(text=req.query, tokens=req.tokens)
     if req.temporal_window is not None:
         return whole(req)
     try:
@@ -68,7 +78,6 @@ def read_question(req: RecallRequest, now: datetime, enabled: bool, languages: l
         return whole(req)
     if reading is None:
         return whole(req)
-    tokens = query_tokens(reading.rest)
-    if not tokens:  # nothing but the date: search the question as asked
-        return Question(req.query, req.tokens, reading.window, "query", reading.phrase)
-    return Question(reading.rest, tokens, reading.window, "query", reading.phrase)
+    semantic = reading.rest if query_tokens(reading.rest) else None  # nothing but the date: as asked
+    return Question(text=req.query, tokens=req.tokens, semantic=semantic, window=reading.window, source="query",
+                    phrase=reading.phrase)
