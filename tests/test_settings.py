@@ -34,6 +34,8 @@ DEFAULTS = {
     "graph_seed_min_similarity": 0.3,
     "temporal_semantic_min_similarity": 0.1,
     "semantic_link_min_similarity": 0.7,
+    "semantic_floor_calibration": True,
+    "recall_weak_results": 5,
     "graph_retriever": "link_expansion",
     "link_expansion_per_entity_limit": 200,
     "link_expansion_timeout": 10,

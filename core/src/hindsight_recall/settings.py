@@ -139,6 +139,11 @@ class Settings(BaseSettings, BankSettings):
     graph_seed_min_similarity: float = Field(0.3, ge=0, le=1)
     temporal_semantic_min_similarity: float = Field(0.1, ge=0, le=1)
     semantic_link_min_similarity: float = Field(0.7, ge=0, le=1)
+    # The cosine floors above are on the bundled model's scale; carry them to the configured model's
+    # (recall/floors.py).
+    semantic_floor_calibration: bool = True
+    # When no memory reaches any arm's floor, this many nearest memories come back as weak results.
+    recall_weak_results: int = Field(5, ge=0)
 
     # Graph arm
     graph_retriever: str = "link_expansion"
