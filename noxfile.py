@@ -21,9 +21,12 @@ nox.options.sessions = ["tests"]
 TORCH = "torch==2.13.0"
 CORE = ["-e", "core", "-e", "backends/native", "-e", "rerankers/local"]
 PLUGINS = [*(f"backends/{n}" for n in ("vchord", "pg_textsearch", "pgroonga", "pg_search")),
-           *(f"rerankers/{n}" for n in ("tei", "cohere", "jina"))]
-# hindsight-client: upstream's own client drives the HTTP service in tests/test_service*.py
-TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6", "hindsight-client==1.1.0"]
+           *(f"rerankers/{n}" for n in ("tei", "cohere", "jina")),
+           *(f"llms/{n}" for n in ("anthropic", "gemini"))]
+# hindsight-client: upstream's own client drives the HTTP service in tests/test_service*.py; hindsight-agno,
+# upstream's Agno integration (pure Python, no model), drives reflect in tests/test_reflect_service.py
+TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6", "hindsight-client==1.1.0",
+             "hindsight-agno==0.4.20"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -59,7 +62,8 @@ def lint(session: nox.Session) -> None:
     install_without_models(session, *PLUGINS)
     session.install("ruff>=0.6", "mypy>=1.11", *TEST_DEPS)
     session.run("ruff", "check", ".")
-    modules = sorted(glob.glob("backends/*/hindsight_recall_*.py") + glob.glob("rerankers/*/hindsight_recall_*.py"))
+    modules = sorted(glob.glob("backends/*/hindsight_recall_*.py") + glob.glob("rerankers/*/hindsight_recall_*.py")
+                     + glob.glob("llms/*/hindsight_recall_*.py"))
     session.run("mypy", "core/src/hindsight_recall", *modules)
 
 

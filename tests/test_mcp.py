@@ -27,7 +27,11 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 COMMAND = str(Path(sys.executable).with_name("hindsight-recall"))
-TOOLS = {"recall", "retain", "list_banks", "bank_stats"}
+#: upstream's tools (reflect with the configured chat model), and ours (bank_stats)
+TOOLS = {"reflect", "retain", "sync_retain", "recall", "list_banks", "create_bank", "get_bank", "update_bank",
+         "delete_bank", "get_bank_stats", "list_memories", "get_memory", "update_memory", "invalidate_memory",
+         "clear_memories", "list_documents", "get_document", "delete_document", "list_tags", "list_operations",
+         "get_operation", "cancel_operation", "bank_stats"}
 HARD = "&|!():*<>'\\"
 
 PRIYA = [
@@ -106,19 +110,19 @@ async def test_lists_the_tools_with_their_schemas(stdio: Client) -> None:
     tools = {t.name: t for t in (await stdio.list_tools()).tools}
     assert set(tools) == TOOLS
     recall = tools["recall"].input_schema
-    assert set(recall["required"]) == {"bank_id", "query"}
+    assert set(recall["required"]) == {"query"}
     assert {"budget", "max_tokens", "types", "tags", "tags_match", "query_timestamp", "limit", "include_entities",
             "include_chunks", "trace"} <= set(recall["properties"])
     assert tools["recall"].annotations is not None and tools["recall"].annotations.read_only_hint
     assert tools["retain"].annotations is not None and not tools["retain"].annotations.read_only_hint
-    assert set(tools["retain"].input_schema["required"]) == {"bank_id", "memories"}
+    assert "required" not in tools["retain"].input_schema  # content (upstream's) or memories (ours)
     assert "low" in json.dumps(recall) and "any_strict" in json.dumps(recall)
 
 
 async def test_retain_then_recall(stdio: Client, mcp_bank: str) -> None:
     stored = body(await stdio.call_tool("retain", {"bank_id": mcp_bank, "memories": PRIYA}))
     assert stored["memories"] == 3 and stored["bank_id"] == mcp_bank
-    assert stored["ids"][0] == "job" and stored["ids"][2] == "climb" and stored["ids"][1].startswith("m-")
+    assert stored["ids"][0] == "job" and stored["ids"][2] == "climb" and uuid.UUID(stored["ids"][1])
     answer = body(await stdio.call_tool("recall", {"bank_id": mcp_bank, "query": "Where does Priya work?"}))
     top = answer["results"][0]
     assert top["id"] == "job" and top["text"] == PRIYA[0]["content"]
@@ -149,20 +153,23 @@ async def test_recall_options_reach_the_engine(stdio: Client, mcp_bank: str) -> 
     assert traced["chunks"] is not None
 
 
-async def test_retaining_the_same_item_twice_stores_it_once(stdio: Client, mcp_bank: str) -> None:
-    item = {"content": "Priya's sister lives in Porto.", "timestamp": "2024-02-02"}
+async def test_resending_a_document_replaces_its_memories(stdio: Client, mcp_bank: str) -> None:
+    item = {"content": "Priya's sister lives in Porto.", "timestamp": "2024-02-02", "document_id": "family"}
     first = body(await stdio.call_tool("retain", {"bank_id": mcp_bank, "memories": [item]}))
     again = body(await stdio.call_tool("retain", {"bank_id": mcp_bank, "memories": [item]}))
     assert first["ids"] == again["ids"]
     stats = body(await stdio.call_tool("bank_stats", {"bank_id": mcp_bank}))
     assert stats["memories"] == 1 and stats["bank_id"] == mcp_bank and stats["by_type"] == {"world": 1}
+    # the id is the one HTTP's retain gives the first item of that document
+    listed = body(await stdio.call_tool("list_memories", {"bank_id": mcp_bank}))
+    assert [m["id"] for m in listed["items"]] == first["ids"]
 
 
 async def test_lists_banks(stdio: Client, mcp_bank: str) -> None:
     body(await stdio.call_tool("retain", {"bank_id": mcp_bank, "memories": PRIYA[:2]}))
     banks = body(await stdio.call_tool("list_banks", {}))["banks"]
     mine = [b for b in banks if b["bank_id"] == mcp_bank]
-    assert len(mine) == 1 and mine[0]["memories"] == 2 and mine[0]["created_at"]
+    assert len(mine) == 1 and mine[0]["fact_count"] == 2 and mine[0]["created_at"]
 
 
 @pytest.mark.parametrize(("arguments", "expected"), [
@@ -206,10 +213,10 @@ async def test_bad_retain_input_is_a_tool_error_and_writes_nothing(stdio: Client
     assert "does not exist" in error(await stdio.call_tool("bank_stats", {"bank_id": mcp_bank}))
 
 
-async def test_a_huge_query_is_answered_from_its_first_tokens(stdio: Client, mcp_bank: str) -> None:
+async def test_a_huge_query_is_refused_as_http_refuses_it(stdio: Client, mcp_bank: str) -> None:
     body(await stdio.call_tool("retain", {"bank_id": mcp_bank, "memories": PRIYA[:1]}))
-    found = body(await stdio.call_tool("recall", {"bank_id": mcp_bank, "query": "Priya Arup " + "x " * 100_000}))
-    assert [r["id"] for r in found["results"]] == ["job"]
+    refused = error(await stdio.call_tool("recall", {"bank_id": mcp_bank, "query": "Priya Arup " + "x " * 100_000}))
+    assert "HINDSIGHT_API_RECALL_MAX_QUERY_TOKENS" in refused
 
 
 async def test_unknown_bank_stats_is_a_tool_error(stdio: Client) -> None:
@@ -217,7 +224,7 @@ async def test_unknown_bank_stats_is_a_tool_error(stdio: Client) -> None:
 
 
 async def test_unknown_arguments_are_refused_by_every_tool(stdio: Client) -> None:
-    assert "verbose: unknown argument of list_banks (known: none)" in error(
+    assert "verbose: unknown argument of list_banks (known: limit, offset, query)" in error(
         await stdio.call_tool("list_banks", {"verbose": True}))
     assert "colour: unknown argument of bank_stats" in error(
         await stdio.call_tool("bank_stats", {"bank_id": "b", "colour": "red"}))
@@ -350,3 +357,67 @@ async def test_streamable_http_mounted_in_a_host_app(make_settings: Callable[...
                                       json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             assert rebound.status_code in (400, 403, 421)
 
+
+
+async def test_upstream_tools_over_serve(make_settings: Callable[..., Settings], mcp_bank: str) -> None:
+    """Upstream's bank and memory tools answer what the HTTP routes answer, with the same ids; the bank
+    comes from the call, the URL or an X-Bank-Id header."""
+    from hindsight_recall.service.app import create_app
+
+    app = create_app(make_settings())
+    async with served(app) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        while (await http.get("/health/ready")).status_code != 200:
+            await asyncio.sleep(0.1)
+        async with Client(base + "/mcp/", read_timeout_seconds=120) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            profile = body(await client.call_tool("create_bank", {"bank_id": mcp_bank, "name": "Priya's",
+                                                                  "mission": "remember Priya"}))
+            assert profile["name"] == "Priya's" and profile["mission"] == "remember Priya"
+            assert body(await client.call_tool("get_bank", {"bank_id": mcp_bank})) == \
+                (await http.get(f"/v1/default/banks/{mcp_bank}/profile")).json()
+            stored = body(await client.call_tool("sync_retain", {
+                "bank_id": mcp_bank, "content": "Priya works at Arup.", "tags": ["work"], "document_id": "d1"}))
+            assert stored["status"] == "completed"
+            listed = (await http.get(f"/v1/default/banks/{mcp_bank}/memories/list")).json()
+            assert [m["id"] for m in listed["items"]] == stored["memory_ids"]
+            memory = body(await client.call_tool("get_memory", {"bank_id": mcp_bank,
+                                                                "memory_id": stored["memory_ids"][0]}))
+            assert memory == (await http.get(f"/v1/default/banks/{mcp_bank}/memories/{stored['memory_ids'][0]}")).json()
+            assert body(await client.call_tool("list_memories", {"bank_id": mcp_bank}))["total"] == 1
+            stats = body(await client.call_tool("get_bank_stats", {"bank_id": mcp_bank}))
+            assert stats["total_nodes"] == 1
+            memory_id = stored["memory_ids"][0]
+            edited = body(await client.call_tool("update_memory", {"bank_id": mcp_bank, "memory_id": memory_id,
+                                                                   "text": "Priya works at Arup in Leeds."}))
+            assert edited["text"] == "Priya works at Arup in Leeds."
+            retired = body(await client.call_tool("invalidate_memory", {"bank_id": mcp_bank, "memory_id": memory_id,
+                                                                        "reason": "moved on"}))
+            assert retired["state"] == "invalidated" and retired["invalidation_reason"] == "moved on"
+            assert body(await client.call_tool("list_memories", {"bank_id": mcp_bank}))["total"] == 0
+            back = body(await client.call_tool("invalidate_memory", {"bank_id": mcp_bank, "memory_id": memory_id,
+                                                                     "restore": True}))
+            assert back["state"] == "valid"
+            tags = body(await client.call_tool("list_tags", {"bank_id": mcp_bank}))
+            assert tags == (await http.get(f"/v1/default/banks/{mcp_bank}/tags")).json()
+            accepted = body(await client.call_tool("retain", {"bank_id": mcp_bank, "content": "Priya has a cat."}))
+            assert accepted["status"] == "accepted"
+            updated = body(await client.call_tool("update_bank", {"bank_id": mcp_bank, "name": "P",
+                                                                  "config_updates": {"enable_reranking": False}}))
+            assert updated["name"] == "P"
+            config = (await http.get(f"/v1/default/banks/{mcp_bank}/config")).json()
+            assert config["overrides"] == {"enable_reranking": False}
+            assert "bank_id" in error(await client.call_tool("get_bank", {"bank_id": ""}))
+            scratch = mcp_bank + "-scratch"
+            body(await client.call_tool("sync_retain", {"bank_id": scratch, "content": "Temporary note."}))
+            cleared = body(await client.call_tool("clear_memories", {"bank_id": scratch, "type": "world"}))
+            assert cleared["deleted_count"] == 1
+        # the session's bank: from the URL, then from a header
+        async with Client(f"{base}/mcp/{mcp_bank}/", read_timeout_seconds=120) as client:
+            found = body(await client.call_tool("recall", {"query": "Where does Priya work?"}))
+            assert found["results"][0]["id"] == stored["memory_ids"][0]
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_bank", "arguments": {}}}
+        answer = await http.post("/mcp", json=call, headers={"X-Bank-Id": mcp_bank,
+                                                             "Accept": "application/json, text/event-stream"})
+        assert answer.json()["result"]["structuredContent"]["name"] == "P"
+        async with Client(f"{base}/mcp/{mcp_bank}/", read_timeout_seconds=120) as client:
+            assert body(await client.call_tool("delete_bank", {}))["success"] is True

@@ -180,11 +180,11 @@ def test_a_request_over_the_timeout_is_504(server: Any, http: httpx.Client, bank
 
 def test_a_defect_is_a_json_500_without_secrets(server: Any, http: httpx.Client,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken() -> None:
+    async def broken(*args: Any) -> None:
         raise RuntimeError("lost postgresql://app:hunter2@db.internal/mem")
 
-    monkeypatch.setattr(server.engine, "list_banks", broken)
-    body = assert_error(http.get("/v1/default/banks"), 500, "internal_error")
+    monkeypatch.setattr(server.engine, "bank_stats", broken)
+    body = assert_error(http.get("/v1/default/banks/any/stats"), 500, "internal_error")
     assert "hunter2" not in json.dumps(body) and "postgresql://" not in json.dumps(body)
 
 

@@ -34,6 +34,8 @@ DEFAULTS = {
     "graph_seed_min_similarity": 0.3,
     "temporal_semantic_min_similarity": 0.1,
     "semantic_link_min_similarity": 0.7,
+    "semantic_floor_calibration": True,
+    "recall_weak_results": 5,
     "graph_retriever": "link_expansion",
     "link_expansion_per_entity_limit": 200,
     "link_expansion_timeout": 10,
@@ -81,6 +83,18 @@ DEFAULTS = {
     "service_operation_lease": 30,
     "service_operation_chunk_items": 1000,
     "service_access_log": "text",
+    "mcp_bank_id": "default",
+    "llm_provider": None,
+    "llm_model": None,
+    "llm_api_key": None,
+    "llm_base_url": None,
+    "llm_timeout": 120,
+    "llm_max_retries": 3,
+    "llm_initial_backoff": 1.0,
+    "llm_max_backoff": 60.0,
+    "llm_max_concurrent": 32,
+    "llm_stream": False,
+    "llm_response_format": "json_schema",
     "plugins": {},
     "recall_budget_function": "fixed",
     "recall_budget_fixed_low": 100,
@@ -126,6 +140,7 @@ def test_every_field_has_a_tested_default() -> None:
         ("plugins", '{"reranker": {"tei": {"url": "http://x"}}}', {"reranker": {"tei": {"url": "http://x"}}}),
         ("service_max_body_bytes", "1024", 1024),
         ("host", "0.0.0.0", "0.0.0.0"),
+        ("mcp_bank_id", "agent-7", "agent-7"),
     ],
 )
 def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: str, raw: str, expected: object) -> None:
@@ -285,3 +300,10 @@ def test_service_api_key_never_shows() -> None:
     settings = load_settings(service_api_key="k3y-value")
     assert "k3y-value" not in repr(settings) and "k3y-value" not in str(settings.model_dump())
     assert settings.service_api_key is not None and settings.service_api_key.get_secret_value() == "k3y-value"
+
+
+def test_upstreams_mcp_bank_variable_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HINDSIGHT_MCP_BANK_ID", "from-upstream")
+    assert load_settings().mcp_bank_id == "from-upstream"
+    monkeypatch.setenv("HINDSIGHT_API_MCP_BANK_ID", "ours")
+    assert load_settings().mcp_bank_id == "ours"

@@ -59,3 +59,11 @@ def register_embedding_providers(register: Register) -> None:
 
     :param register: call with each class satisfying ``EmbeddingProvider``.
     """
+
+
+@hookspec
+def register_llm_providers(register: Register) -> None:
+    """Register chat-model providers (reflect's answer).
+
+    :param register: call with each class satisfying ``LLMProvider``.
+    """

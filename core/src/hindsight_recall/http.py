@@ -243,7 +243,7 @@ class RerankHTTP:
                     f"{where} answered HTTP {response.status_code} after {attempt + 1} attempt(s): "
                     f"{response.text[:300]!r}{_KEY_HINT.get(response.status_code, '')}"
                 )
-            await asyncio.sleep(self.retry.delay(attempt, _retry_after(response), self.timeout))
+            await asyncio.sleep(self.retry.delay(attempt, retry_after(response), self.timeout))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _open(self) -> httpx.AsyncClient:
@@ -295,7 +295,8 @@ def required_secret(secret: SecretStr | None, variable: str, what: str) -> str:
     return value
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def retry_after(response: httpx.Response) -> float | None:
+    """The response's ``Retry-After`` in seconds (a number or an HTTP date), or ``None``."""
     value = response.headers.get("Retry-After", "").strip()
     with contextlib.suppress(ValueError):
         return max(0.0, float(value))

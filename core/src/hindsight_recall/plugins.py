@@ -37,6 +37,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "hindsight_recall.recall.budget",
     "hindsight_recall.recall.rerank",
     "hindsight_recall.embeddings",
+    "hindsight_recall.llm.openai",
 )
 
 #: hook name -> plugin kind
@@ -46,6 +47,7 @@ HOOK_KINDS: dict[str, str] = {
     "register_retrievers": "retriever",
     "register_budget_functions": "budget_function",
     "register_embedding_providers": "embeddings",
+    "register_llm_providers": "llm",
 }
 
 

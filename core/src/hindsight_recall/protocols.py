@@ -25,6 +25,7 @@ from .types import ArmResult, Budget, Placement, TimeWindow
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
+    from .llm.types import ChatReply, ChatRequest
     from .settings import Settings
     from .store.db import LimitedConnections
 
@@ -355,12 +356,39 @@ class EmbeddingProvider(Protocol):
         ...
 
 
+@runtime_checkable
+class LLMProvider(Protocol):
+    """A chat model: a system prompt and turns in, one reply out (text, or JSON fitting a schema).
+
+    Core builds it as ``cls(settings)`` from the ``HINDSIGHT_API_LLM_*`` settings when a caller first
+    needs it, and bounds nothing itself: the provider owns its timeouts and retries
+    (:mod:`hindsight_recall.llm.transport` has them for HTTP providers). Errors are
+    :class:`~hindsight_recall.llm.errors.LLMError` and its subclasses.
+    """
+
+    name: str
+
+    async def complete(self, request: ChatRequest) -> ChatReply:
+        """Ask the model once and return its whole reply.
+
+        :param request: the prompt; with ``json_schema`` set, the reply text must be one JSON object
+            (the provider asks for it as its server allows; core validates it).
+        """
+        ...
+
+    @optional
+    async def close(self) -> None:
+        """Optional. Release the connection pool. The default does nothing."""
+        return None
+
+
 #: Methods that must be coroutine functions, per protocol.
 ASYNC_MEMBERS: dict[type, tuple[str, ...]] = {
     Retriever: ("retrieve",),
     TextSearchBackend: ("prepare_query",),
     Reranker: ("score", "start", "close"),
     EmbeddingProvider: ("embed",),
+    LLMProvider: ("complete", "close"),
 }
 
 
@@ -448,4 +476,6 @@ KINDS: dict[str, tuple[type, str | None, str | None]] = {
     "budget_function": (BudgetFunction, "HINDSIGHT_API_RECALL_BUDGET_FUNCTION", None),
     # No embedding provider is distributed separately, so there is no install line to suggest.
     "embeddings": (EmbeddingProvider, "HINDSIGHT_API_EMBEDDINGS_PROVIDER", None),
+    "llm": (LLMProvider, "HINDSIGHT_API_LLM_PROVIDER",
+            _FROM_REPOSITORY.format(dist="hindsight-recall-llm-{name}", folder="llms")),
 }

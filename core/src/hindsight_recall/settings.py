@@ -13,7 +13,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
@@ -24,38 +34,65 @@ PREFIX = "HINDSIGHT_API_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECAY_FUNCTIONS = ("linear", "exponential", "none")
 #: The keys of ``Settings.plugins``: one section per plugin kind (``hindsight_recall.protocols.KINDS``).
-PLUGIN_KINDS = ("text_search", "reranker", "retriever", "budget_function", "embeddings")
+PLUGIN_KINDS = ("text_search", "reranker", "retriever", "budget_function", "embeddings", "llm")
 GRAPH_RETRIEVERS = ("link_expansion",)
 
 
+#: the largest per-arm row budget B a setting may give (the arms' LIMIT; HNSW's search depth stops at 1000)
+MAX_RECALL_BUDGET = 10_000
+#: the largest arm weight or context weight a setting may give
+MAX_RECALL_WEIGHT = 1000.0
+#: the longest text a bank setting may hold
+MAX_SETTING_TEXT = 1000
+
+
 class BankSettings(BaseModel):
-    """The settings a bank may override in ``banks.config``."""
+    """The settings a bank may override in ``banks.config``.
+
+    Every value is range-checked when set, so no accepted value can make a later recall fail.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    recall_budget_function: str = "fixed"
-    recall_budget_fixed_low: int = Field(100, ge=1)
-    recall_budget_fixed_mid: int = Field(300, ge=1)
-    recall_budget_fixed_high: int = Field(1000, ge=1)
-    recall_budget_adaptive_low: float = Field(0.025, gt=0)
-    recall_budget_adaptive_mid: float = Field(0.075, gt=0)
-    recall_budget_adaptive_high: float = Field(0.25, gt=0)
-    recall_budget_min: int = Field(20, ge=1)
-    recall_budget_max: int = Field(2000, ge=1)
+    recall_budget_function: str = Field("fixed", min_length=1, max_length=64, pattern=r"^\s*[A-Za-z0-9_.-]+\s*$")
+    recall_budget_fixed_low: int = Field(100, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_fixed_mid: int = Field(300, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_fixed_high: int = Field(1000, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_adaptive_low: float = Field(0.025, gt=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_budget_adaptive_mid: float = Field(0.075, gt=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_budget_adaptive_high: float = Field(0.25, gt=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_budget_min: int = Field(20, ge=1, le=MAX_RECALL_BUDGET)
+    recall_budget_max: int = Field(2000, ge=1, le=MAX_RECALL_BUDGET)
     enable_temporal_retrieval: bool = True
     enable_graph_retrieval: bool = True
     enable_reranking: bool = True
     enable_text_search: bool = True
     # Fusion of the arms' lists (recall/fusion.py): by min-max scaled scores, or by ranks (RRF).
     recall_fusion: Literal["score", "rrf"] = "score"
-    recall_score_weights: str = "keyword:1,semantic:0.5,graph:0.3,temporal:0.3"
-    recall_rrf_k: int = Field(5, ge=1)
-    recall_rrf_weights: str = "keyword:1.5"
+    recall_score_weights: str = Field("keyword:1,semantic:0.5,graph:0.3,temporal:0.3", max_length=MAX_SETTING_TEXT)
+    recall_rrf_k: int = Field(5, ge=1, le=MAX_RECALL_BUDGET)
+    recall_rrf_weights: str = Field("keyword:1.5", max_length=MAX_SETTING_TEXT)
     # The context stage (recall/context.py): neighbours in a memory's document lift it.
     recall_context_enabled: bool = True
-    recall_context_neighbour_weight: float = Field(0.3, ge=0)
-    recall_context_document_weight: float = Field(0.2, ge=0)
-    recall_context_expand: int = Field(50, ge=0)
+    recall_context_neighbour_weight: float = Field(0.3, ge=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_context_document_weight: float = Field(0.2, ge=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
+    recall_context_expand: int = Field(50, ge=0, le=MAX_RECALL_BUDGET)
+
+    @field_validator("recall_score_weights", "recall_rrf_weights")
+    @classmethod
+    def _arm_weights(cls, value: str) -> str:
+        """``arm:weight,…`` with printable text; a weight, where given, is a number from 0 to 1000."""
+        if not value.isprintable():
+            raise ValueError("must be printable text (arm:weight,…)")
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            weight = entry.partition(":")[2].strip()
+            try:
+                number = float(weight) if weight else 0.0
+            except ValueError:
+                raise ValueError(f"{entry!r}: the weight must be a number") from None
+            if not 0 <= number <= MAX_RECALL_WEIGHT:
+                raise ValueError(f"{entry!r}: the weight must be from 0 to {MAX_RECALL_WEIGHT:g}")
+        return value
 
     @model_validator(mode="after")
     def _budget_clamp_ordered(self) -> BankSettings:
@@ -102,6 +139,11 @@ class Settings(BaseSettings, BankSettings):
     graph_seed_min_similarity: float = Field(0.3, ge=0, le=1)
     temporal_semantic_min_similarity: float = Field(0.1, ge=0, le=1)
     semantic_link_min_similarity: float = Field(0.7, ge=0, le=1)
+    # The cosine floors above are on the bundled model's scale; carry them to the configured model's
+    # (recall/floors.py).
+    semantic_floor_calibration: bool = True
+    # When no memory reaches any arm's floor, this many nearest memories come back as weak results.
+    recall_weak_results: int = Field(5, ge=0)
 
     # Graph arm
     graph_retriever: str = "link_expansion"
@@ -149,6 +191,29 @@ class Settings(BaseSettings, BankSettings):
     reranker_timeout: float = Field(30, gt=0)
     model_init_timeout: float = Field(300, gt=0)
 
+    # The chat model that reflect asks (upstream Hindsight's setting names); unset, reflect answers 501
+    #: openai (and other OpenAI-compatible names), anthropic, gemini ...; ``none`` turns it off. Unset
+    #: with an API key or a base URL given means ``openai``, as upstream's default provider
+    llm_provider: str | None = None
+    #: the model; unset, the provider's default (upstream's table)
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    #: the server's base URL; unset, the provider's public endpoint (or the local default of ollama, lmstudio)
+    llm_base_url: str | None = None
+    #: seconds one attempt may take, from sending to the reply's last byte
+    llm_timeout: float = Field(120, gt=0)
+    #: attempts after the first, on 429, 5xx and timeouts
+    llm_max_retries: int = Field(3, ge=0, le=20)
+    llm_initial_backoff: float = Field(1.0, ge=0)
+    llm_max_backoff: float = Field(60.0, ge=0)
+    #: calls in flight across the process
+    llm_max_concurrent: int = Field(32, ge=1)
+    #: ours: read replies as server-sent events (a slow model keeps the connection busy, never idle)
+    llm_stream: bool = False
+    #: ours: how the OpenAI-compatible provider asks for JSON: ``json_schema`` (the schema itself),
+    #: ``json_object`` (any JSON; for servers without schemas) or ``none`` (the prompt alone)
+    llm_response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+
     # The HTTP service (`hindsight-recall serve`); HOST and PORT are upstream Hindsight's names
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
@@ -173,6 +238,10 @@ class Settings(BaseSettings, BankSettings):
     #: items an async retain commits per transaction (its progress is recorded after each)
     service_operation_chunk_items: int = Field(1000, ge=1)
     service_access_log: Literal["text", "json", "off"] = "text"
+    #: the bank MCP tools use when neither the call, the URL (``/mcp/{bank_id}/``) nor an ``X-Bank-Id``
+    #: header names one; upstream's HINDSIGHT_MCP_BANK_ID is read too
+    mcp_bank_id: str = Field("default", validation_alias=AliasChoices(
+        "mcp_bank_id", f"{PREFIX}MCP_BANK_ID", "HINDSIGHT_MCP_BANK_ID"))
 
     # Plugins
     #: Plugin kind -> plugin name -> that plugin's own settings given in code (a mapping of field
@@ -222,6 +291,14 @@ class Settings(BaseSettings, BankSettings):
     @classmethod
     def _plugin_name(cls, value: str) -> str:
         return value.strip().lower()
+
+    @field_validator("llm_provider", "llm_model", "llm_base_url")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None, info: ValidationInfo) -> str | None:
+        value = value.strip() if value is not None else None
+        if info.field_name == "llm_provider" and value:
+            value = value.lower()
+        return value or None
 
     @field_validator("plugins")
     @classmethod

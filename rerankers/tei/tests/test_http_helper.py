@@ -9,7 +9,7 @@ from email.utils import format_datetime
 import httpx
 import pytest
 from hindsight_recall.errors import RerankerHTTPError
-from hindsight_recall.http import NO_RETRY, RerankAPI, RetryPolicy, _retry_after
+from hindsight_recall.http import NO_RETRY, RerankAPI, RetryPolicy, retry_after
 
 POLICY = RetryPolicy(retries=3)
 
@@ -49,12 +49,12 @@ def test_retryable_statuses() -> None:
     ("value", "expected"), [("2", 2.0), ("0.5", 0.5), ("-3", 0.0), ("soon", None), ("", None)]
 )
 def test_retry_after_seconds(value: str, expected: float | None) -> None:
-    assert _retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected
+    assert retry_after(httpx.Response(429, headers={"Retry-After": value})) == expected
 
 
 def test_retry_after_http_date() -> None:
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=10), usegmt=True)
-    wait = _retry_after(httpx.Response(429, headers={"Retry-After": when}))
+    wait = retry_after(httpx.Response(429, headers={"Retry-After": when}))
     assert wait is not None and 8 <= wait <= 10
 
 

@@ -35,7 +35,7 @@ from ..textsearch import backend_parameters
 from ..tokens import TokenCounter
 from ..types import Memory
 from ._embed import embed_passages
-from ._rows import check_references, write_chunks, write_entities
+from ._rows import check_references, write_chunks, write_documents, write_entities
 from ._rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
 from ._rows import unit_id as unit_id
 from .links import (
@@ -287,6 +287,7 @@ class Ingestor:
             await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, fresh=created,
                                     where=where)
             await write_entities(conn, bank_id, ids, memories, fresh=created)
+            await write_documents(conn, bank_id, memories, fresh=created)
             t2 = time.perf_counter()
             stats.load_seconds += t2 - t0
             if pending is not None:

@@ -117,6 +117,25 @@ def parse_memory(obj: Any, line: int | None = None) -> tuple[str | None, Memory]
     return bank, memory
 
 
+def memory_line(memory: Memory) -> dict[str, Any]:
+    """The JSON object :func:`parse_memory` reads back as ``memory`` (fields at their defaults left out)."""
+    line: dict[str, Any] = {"id": memory.id, "text": memory.text, "type": memory.type}
+    for name in ("occurred_start", "occurred_end", "mentioned_at"):
+        if (value := getattr(memory, name)) is not None:
+            line[name] = value.isoformat()
+    for name in ("context", "chunk", "document_id", "position"):
+        if (value := getattr(memory, name)) is not None:
+            line[name] = value
+    for name, key in (("entities", "entities"), ("tags", "tags"), ("causes", "causes"), ("source_ids", "sources")):
+        if values := getattr(memory, name):
+            line[key] = list(values)
+    if memory.metadata:
+        line["metadata"] = dict(memory.metadata)
+    if memory.proof_count != 1:
+        line["proof_count"] = memory.proof_count
+    return line
+
+
 def read_jsonl(path: Path | str, default_bank: str | None = None) -> Iterator[tuple[str, int, Memory]]:
     """Yield (bank, line number, memory) for every non-blank line of a JSONL file."""
     with open(path, encoding="utf-8") as handle:

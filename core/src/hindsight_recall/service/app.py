@@ -20,8 +20,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
+from ..reflect import close_reflector
 from ..settings import Settings, load_settings, redact
-from .errors import error_response
+from .aliases import AliasResolver, AliasRouting
+from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
 from .routes import api_routes
@@ -70,14 +72,6 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
-    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
-    message = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail)
-    return error_response(status, code, message)
-
-
 async def warm(engine: Engine) -> None:
     """Load the model, fill the pool to its minimum, and run one recall through the code paths."""
     from ..errors import RecallError
@@ -103,6 +97,7 @@ def create_app(settings: Settings | None = None) -> Any:
     settings = settings or load_settings()
     engine = Engine(settings)
     state = ServiceState()
+    resolver = AliasResolver(engine.db)
     service_metrics = ServiceMetrics()
     service_metrics.watch_pool(engine)
     routes: list[Any] = [
@@ -113,8 +108,8 @@ def create_app(settings: Settings | None = None) -> Any:
     from .mcp import mcp_app
 
     # the MCP tools over the same engine, streamable HTTP at exactly /mcp
-    mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes)
-    routes.append(Route("/mcp", mcp))
+    mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes, aliases=resolver)
+    routes += [Route("/mcp", mcp), Route("/mcp/", mcp), Route("/mcp/{bank_id}/", mcp)]
 
     worker = Worker(engine)
 
@@ -137,14 +132,16 @@ def create_app(settings: Settings | None = None) -> Any:
                     loading.cancel()
                 with contextlib.suppress(BaseException):
                     await loading
+                await resolver.close()
+                await close_reflector(engine)
                 await engine.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, state, service_metrics
     app.state.worker = worker
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
-    return Guard(app, settings, state, service_metrics)
+    return Guard(AliasRouting(app, resolver), settings, state, service_metrics)
 
 
 async def _work(loading: asyncio.Task[None], state: ServiceState, worker: Worker) -> None:

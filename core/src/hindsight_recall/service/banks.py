@@ -1,8 +1,9 @@
-"""Bank routes: list, profile, create and update, delete, stats and per-bank settings."""
+"""Bank routes: list, profile, create and update, delete, stats, ingestion over time and per-bank settings."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -10,10 +11,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
-from ..store import banks
+from ..store import bank_reads, banks
 from ..types import FACT_TYPES
-from .base import bank_of, body_of, endpoint, engine_of, int_query
-from .schemas import BANK_TOGGLES, BankConfigBody, CreateBankBody
+from .base import bank_of, body_of, endpoint, engine_of, int_query, text_query
+from .schemas import BANK_TOGGLES, BackgroundBody, BankConfigBody, CreateBankBody, DispositionBody
 
 #: CreateBankBody fields stored in the bank's profile (``background`` and ``reflect_mission`` are
 #: upstream's other names for the mission)
@@ -39,21 +40,12 @@ def profile_changes(given: dict[str, Any]) -> dict[str, Any]:
 
 @endpoint
 async def list_banks(request: Request) -> Response:
-    engine = engine_of(request)
-    found = await engine.list_banks()
-    search = (request.query_params.get("q") or "").lower()
-    if search:
-        found = [b for b in found if search in b["bank_id"].lower()]
+    """Upstream's bank list: most recently written first, profiles and counts in one statement."""
+    search = text_query(request, "q")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
-    page = []
-    async with engine.db.connect() as conn:
-        for b in found[offset:offset + limit]:
-            profile = await banks.bank_profile(conn, b["bank_id"]) or {}
-            page.append({"bank_id": b["bank_id"], "name": profile.get("name", b["bank_id"]),
-                         "disposition": profile.get("disposition", banks.DEFAULT_DISPOSITION),
-                         "mission": profile.get("mission") or None, "created_at": b["created_at"],
-                         "updated_at": profile.get("updated_at"), "fact_count": b["memories"]})
-    return JSONResponse({"banks": page, "total": len(found), "limit": limit, "offset": offset})
+    async with engine_of(request).db.connect() as conn:
+        page, total = await bank_reads.bank_page(conn, search=search, limit=limit, offset=offset)
+    return JSONResponse({"banks": page, "total": total, "limit": limit, "offset": offset})
 
 
 @endpoint
@@ -66,18 +58,19 @@ async def get_bank(request: Request) -> Response:
     return _profile(profile)
 
 
-@endpoint
-async def put_bank(request: Request) -> Response:
-    """Create (or update) a bank: name, mission and disposition go to its profile, the recall toggles to
-    its settings; LLM fields are accepted and named in ``X-Hindsight-Ignored-Fields`` (nothing here reads them)."""
+async def _write_bank(request: Request, create: bool) -> Response:
+    """Store a create/update body: name, mission and disposition go to the bank's profile, the recall
+    toggles to its settings; LLM fields are accepted and named in ``X-Hindsight-Ignored-Fields``
+    (nothing here reads them). Without ``create``, an unknown bank is a 404 (upstream's PATCH)."""
     bank_id = bank_of(request)
     body: CreateBankBody = await body_of(request, CreateBankBody)
     given = body.model_dump(exclude_none=True)
     toggles = {k: v for k, v in given.items() if k in BANK_TOGGLES}
     changes = profile_changes(given)
     used = {*toggles, *(k for k in given if k in PROFILE_FIELDS or k.startswith("disposition"))}
-    engine = engine_of(request)
-    async with engine.db.connect() as conn:
+    async with engine_of(request).db.connect() as conn:
+        if not create and await banks.bank_config(conn, bank_id) is None:
+            raise BankNotFound(bank_id)
         profile = await banks.set_bank_profile(conn, bank_id, changes)
         if toggles:
             await banks.set_bank_config(conn, bank_id, toggles)
@@ -85,32 +78,94 @@ async def put_bank(request: Request) -> Response:
 
 
 @endpoint
+async def put_bank(request: Request) -> Response:
+    """Create or update a bank (upstream's ``create_or_update_bank``)."""
+    return await _write_bank(request, create=True)
+
+
+@endpoint
+async def patch_bank(request: Request) -> Response:
+    """Update a bank that exists (upstream's ``update_bank``): only the fields given change."""
+    return await _write_bank(request, create=False)
+
+
+@endpoint
+async def put_profile(request: Request) -> Response:
+    """Set the disposition traits (upstream's older ``update_bank_disposition``; it creates the bank)."""
+    bank_id = bank_of(request)
+    body: DispositionBody = await body_of(request, DispositionBody)
+    async with engine_of(request).db.connect() as conn:
+        profile = await banks.set_bank_profile(conn, bank_id, {"disposition": body.disposition.model_dump()})
+    return _profile(profile)
+
+
+@endpoint
+async def add_background(request: Request) -> Response:
+    """Upstream's older ``add_bank_background``: the text is appended to the bank's mission (a new
+    paragraph), which is what the background became; the bank is created if needed."""
+    bank_id = bank_of(request)
+    body: BackgroundBody = await body_of(request, BackgroundBody)
+    async with engine_of(request).db.connect() as conn:
+        current = await banks.bank_profile(conn, bank_id)
+        before = (current or {}).get("mission") or ""
+        mission = f"{before}\n\n{body.content}" if before.strip() else body.content
+        profile = await banks.set_bank_profile(conn, bank_id, {"mission": mission})
+    return JSONResponse({"mission": profile["mission"], "background": profile["mission"],
+                         "disposition": profile["disposition"]})
+
+
+@endpoint
 async def delete_bank(request: Request) -> Response:
+    """Delete a bank with everything in it; as upstream, a bank that does not exist deletes nothing (200)."""
     bank_id = bank_of(request)
     engine = engine_of(request)
     stats = await engine.bank_stats(bank_id)
-    if stats is None or not await engine.delete_bank(bank_id):
-        raise BankNotFound(bank_id)
+    deleted = 0
+    if stats is not None and await engine.delete_bank(bank_id):
+        deleted = stats["memories"] + stats["entities"] + stats["documents"]
     return JSONResponse({"success": True, "message": f"Bank '{bank_id}' and all associated data deleted successfully",
-                         "deleted_count": stats["memories"] + stats["entities"] + stats["documents"]})
+                         "deleted_count": deleted})
 
 
 @endpoint
 async def bank_stats(request: Request) -> Response:
     bank_id = bank_of(request)
-    stats = await engine_of(request).bank_stats(bank_id)
+    engine = engine_of(request)
+    stats = await engine.bank_stats(bank_id)
     if stats is None:
         raise BankNotFound(bank_id)
+    async with engine.db.connect() as conn:
+        by_link = await bank_reads.link_counts(conn, bank_id)
+        written = await bank_reads.last_write(conn, bank_id)
     by_type = {t: stats["by_type"].get(t, 0) for t in FACT_TYPES}
     return JSONResponse({
         "bank_id": bank_id, "total_nodes": stats["memories"], "total_links": stats["links"],
-        "total_documents": stats["documents"], "nodes_by_fact_type": by_type, "links_by_link_type": {},
-        "links_by_fact_type": {}, "links_breakdown": {}, "pending_operations": 0, "failed_operations": 0,
-        "operations_by_status": {}, "pending_consolidation": 0, "failed_consolidation": 0,
-        "total_observations": by_type["observation"],
+        "total_documents": stats["documents"], "nodes_by_fact_type": by_type, "links_by_link_type": by_link,
+        # not computed: a join of every link with its memory, too dear for a stats call on a large bank
+        "links_by_fact_type": {}, "links_breakdown": {},
+        "pending_operations": 0, "failed_operations": 0, "operations_by_status": {},
+        "last_consolidated_at": None, "last_memory_write_at": written,
+        "pending_consolidation": 0, "failed_consolidation": 0, "total_observations": by_type["observation"],
         # ours: what the bank holds in this project's own terms
         "entities": stats["entities"], "chunks": stats["chunks"],
     })
+
+
+@endpoint
+async def memories_timeseries(request: Request) -> Response:
+    """Memories stored per time bucket and fact type. As upstream, an unknown ``period`` reads as ``7d``
+    and an unknown ``time_field`` as ``created_at``; an unknown bank is a 404."""
+    bank_id = bank_of(request)
+    period = text_query(request, "period") or "7d"
+    period = period if period in bank_reads.PERIODS else "7d"
+    time_field = text_query(request, "time_field") or "created_at"
+    time_field = time_field if time_field in bank_reads.SERIES_FIELDS else "created_at"
+    async with engine_of(request).db.connect() as conn:
+        if await banks.bank_config(conn, bank_id) is None:
+            raise BankNotFound(bank_id)
+        buckets = await bank_reads.memories_timeseries(conn, bank_id, period, time_field, datetime.now(UTC))
+    return JSONResponse({"bank_id": bank_id, "period": period, "trunc": bank_reads.PERIODS[period][0],
+                         "time_field": time_field, "buckets": buckets})
 
 
 async def _config(request: Request, change: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Response:
@@ -151,9 +206,13 @@ def routes(banks_path: str) -> list[Route]:
         Route("/v1/default/banks", list_banks, methods=["GET"]),
         Route(banks_path, get_bank, methods=["GET"]),
         Route(f"{banks_path}/profile", get_bank, methods=["GET"]),
+        Route(f"{banks_path}/profile", put_profile, methods=["PUT"]),
+        Route(f"{banks_path}/background", add_background, methods=["POST"]),
         Route(banks_path, put_bank, methods=["PUT"]),
+        Route(banks_path, patch_bank, methods=["PATCH"]),
         Route(banks_path, delete_bank, methods=["DELETE"]),
         Route(f"{banks_path}/stats", bank_stats, methods=["GET"]),
+        Route(f"{banks_path}/stats/memories-timeseries", memories_timeseries, methods=["GET"]),
         Route(f"{banks_path}/config", get_config, methods=["GET"]),
         Route(f"{banks_path}/config", patch_config, methods=["PATCH"]),
         Route(f"{banks_path}/config", reset_config, methods=["DELETE"]),

@@ -11,8 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
+from ..limits import unicode_problem
 from ..store import banks
-from .errors import ServiceError, respond_to
+from .errors import ServiceError, as_text, respond_to
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -41,13 +42,58 @@ async def body_of(request: Request, model: type[BaseModel]) -> Any:
         raise
 
 
-def int_query(request: Request, name: str, default: int) -> int:
+#: the largest integer a query parameter takes unless a route allows more (PostgreSQL's ``int``)
+MAX_QUERY_INT = 2**31 - 1
+#: the longest text query parameter, in characters
+MAX_QUERY_TEXT = 4096
+
+
+def int_query(request: Request, name: str, default: int, maximum: int = MAX_QUERY_INT) -> int:
+    """A non-negative integer query parameter (ASCII digits only, at most ``maximum``): 400 naming it otherwise,
+    so no value reaches the database as an out-of-range bigint."""
     value = request.query_params.get(name)
     if value is None:
         return default
-    if not value.isdigit():
-        raise ServiceError(422, "invalid_request", f"{name}: must be a non-negative integer, got {value!r}")
+    if not (value.isascii() and value.isdigit()):
+        raise ServiceError(400, "invalid_request", f"{name}: must be a non-negative integer, got {as_text(value)}")
+    if len(value) > len(str(maximum)) or int(value) > maximum:
+        raise ServiceError(400, "invalid_request", f"{name}: must be at most {maximum}, got {as_text(value)}")
     return int(value)
+
+
+def text_query(request: Request, name: str, max_chars: int = MAX_QUERY_TEXT) -> str | None:
+    """A text query parameter, ``None`` when absent or empty: 400 naming it for a NUL byte, a lone
+    surrogate or more than ``max_chars`` characters (PostgreSQL text cannot hold the first two)."""
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    problem = unicode_problem(value)
+    if problem is None and len(value) > max_chars:
+        problem = f"is {len(value)} characters long; the limit is {max_chars}"
+    if problem:
+        raise ServiceError(400, "invalid_request", f"{name}: {problem}")
+    return value
+
+
+def texts_query(request: Request, name: str, max_chars: int = MAX_QUERY_TEXT) -> list[str]:
+    """Every value of a repeated text query parameter (``?tags=a&tags=b``), each checked as :func:`text_query`."""
+    values = [v for v in request.query_params.getlist(name) if v]
+    for value in values:
+        problem = unicode_problem(value) or (
+            f"is {len(value)} characters long; the limit is {max_chars}" if len(value) > max_chars else None)
+        if problem:
+            raise ServiceError(400, "invalid_request", f"{name}: {problem}")
+    return values
+
+
+def choice_query(request: Request, name: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
+    """A query parameter that must be one of ``choices``: 400 naming it and the choices otherwise."""
+    value = text_query(request, name)
+    if value is None:
+        return default
+    if value not in choices:
+        raise ServiceError(400, "invalid_request", f"{name}: {as_text(value)} is not one of {', '.join(choices)}")
+    return value
 
 
 def engine_of(request: Request) -> Engine:

@@ -10,7 +10,9 @@ import logging
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from ..errors import (
     BankNotFound,
@@ -94,3 +96,12 @@ def as_text(value: Any) -> str:
     """A short printable form of a bad value for an error message."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404, 405 and other HTTP errors as the JSON every error gets."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    message = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail)
+    return error_response(status, code, message)

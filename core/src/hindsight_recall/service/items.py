@@ -95,8 +95,10 @@ def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, p
     item = body.items[index]
     when = _date(item, index, now)
     extra_tags = [t for t in (body.document_tags or []) if t]
+    content = item_text(item, index)
     fields: dict[str, Any] = dict(
-        id=memory_id(bank_id, document_id, place), text=item_text(item, index), type="world", occurred_start=when,
+        # the item is the memory's source chunk too, as upstream keeps a document's text in chunks
+        id=memory_id(bank_id, document_id, place), text=content, chunk=content, type="world", occurred_start=when,
         occurred_end=when, mentioned_at=when, context=item.context, document_id=document_id,
         metadata=dict(item.metadata or {}),
         tags=tuple(dict.fromkeys(t.strip() for t in [*(item.tags or []), *extra_tags] if t.strip())),

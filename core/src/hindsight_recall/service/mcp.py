@@ -1,7 +1,7 @@
-"""The MCP server: ``recall``, ``retain``, ``list_banks`` and ``bank_stats`` as tools over one engine.
+"""The MCP server: upstream Hindsight's tools (:mod:`.mcp_tools`) and ``bank_stats`` over one engine.
 
 Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Tool results are structured JSON (the
-same dicts the engine returns); an error a caller can fix (a bad argument, an unknown bank, an
+same bodies the HTTP routes answer); an error a caller can fix (a bad argument, an unknown bank, an
 unreachable database) comes back as an MCP tool error whose text is the one-line message the
 command line would print, with any database password redacted. Nothing else reaches the client:
 a defect is logged with its traceback on the server and answered with a generic message.
@@ -36,14 +36,13 @@ Two ways to serve it:
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, suppress
 from importlib.metadata import version
 from inspect import signature
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
@@ -56,6 +55,11 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from ..errors import BankNotFound, RetainError
 from ..retain.memories import parse_memory
 from ..types import Budget, FactType, Memory, TagsMatch
+from . import mcp_tools
+from .aliases import AliasResolver
+from .items import memory_id
+from .mcp_tools import BankArg, RouteCaller
+from .routes import api_app
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -66,8 +70,8 @@ log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "Long-term memory. Call `recall` with a question to get the stored memories most relevant to it "
-    "(ranked, packed into max_tokens); call `retain` to store new memories verbatim in a bank; "
-    "`list_banks` shows the banks."
+    "(ranked, packed into max_tokens); call `retain` (queued) or `sync_retain` (waits) to store new "
+    "memories verbatim in a bank; `list_banks` shows the banks, `list_memories` a bank's memories."
 )
 
 
@@ -86,8 +90,8 @@ class MemoryItem(BaseModel):
     content: str = Field(validation_alias=AliasChoices("content", "text"),
                          description="The memory's text, stored verbatim (also accepted as 'text').")
     id: str | None = Field(None, description="Your id for it, unique in the bank; retaining an id again updates "
-                                             "that memory. Default: derived from document_id, context, timestamp "
-                                             "and content, so sending the same memory twice stores it once.")
+                                             "that memory. Default: as HTTP's retain derives it, the item's place "
+                                             "in its document, so re-sending a document replaces its memories.")
     type: FactType = Field(FactType.WORLD, description="world (a fact), experience (the agent's own) or "
                                                        "observation (a summary of other memories).")
     timestamp: str | None = Field(None, description="When it happened or was said (ISO-8601, e.g. "
@@ -103,33 +107,34 @@ class MemoryItem(BaseModel):
     metadata: dict[str, str] | None = Field(None, description="String keys to string values, returned as given.")
 
 
-def memory_from_item(item: MemoryItem, index: int) -> Memory:
-    """Validate one retain item into a :class:`Memory`; errors name ``memories[index].<field>``.
+def memories_from_items(bank_id: str, items: list[MemoryItem]) -> list[Memory]:
+    """Validate retain items into memories; errors name ``memories[index].<field>``.
 
-    :param item: the item as the tool received it.
-    :param index: its position in the call, for error messages.
+    An item without an id gets the one HTTP's retain gives it: the ``n``-th item of its document
+    (a document made for the call when it names none), so re-sending a document replaces its memories.
     """
-    obj: dict[str, Any] = {"text": item.content, "type": item.type.value}
-    for name in ("occurred_start", "occurred_end", "mentioned_at", "context", "document_id", "tags", "metadata"):
-        if getattr(item, name) is not None:
-            obj[name] = getattr(item, name)
-    if item.entities is not None:
-        obj["entities"] = [e.text if isinstance(e, Entity) else e for e in item.entities]
-    if item.timestamp is not None:
-        if item.occurred_start is None and item.occurred_end is None:
-            obj["occurred_start"] = obj["occurred_end"] = item.timestamp
-        obj.setdefault("mentioned_at", item.timestamp)
-    obj["id"] = item.id if item.id is not None else _content_id(item)
-    try:
-        return parse_memory(obj)[1]
-    except RetainError as exc:
-        raise RetainError(None, f"memories[{index}].{exc.field}", exc.why) from None
-
-
-def _content_id(item: MemoryItem) -> str:
-    """A stable id for an item without one: the same memory sent twice is one memory."""
-    key = json.dumps([item.document_id, item.context, item.timestamp, item.content], ensure_ascii=False)
-    return "m-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    call_document = str(uuid.uuid4())
+    places: dict[str, int] = {}
+    memories = []
+    for index, item in enumerate(items):
+        obj: dict[str, Any] = {"text": item.content, "type": item.type.value}
+        for name in ("occurred_start", "occurred_end", "mentioned_at", "context", "document_id", "tags", "metadata"):
+            if getattr(item, name) is not None:
+                obj[name] = getattr(item, name)
+        if item.entities is not None:
+            obj["entities"] = [e.text if isinstance(e, Entity) else e for e in item.entities]
+        if item.timestamp is not None:
+            if item.occurred_start is None and item.occurred_end is None:
+                obj["occurred_start"] = obj["occurred_end"] = item.timestamp
+            obj.setdefault("mentioned_at", item.timestamp)
+        document = obj.setdefault("document_id", item.document_id or call_document)
+        place = places[document] = places.get(document, -1) + 1
+        obj["id"] = item.id if item.id is not None else memory_id(bank_id, document, place)
+        try:
+            memories.append(parse_memory(obj)[1])
+        except RetainError as exc:
+            raise RetainError(None, f"memories[{index}].{exc.field}", exc.why) from None
+    return memories
 
 
 @contextmanager
@@ -152,8 +157,8 @@ def _tool_errors() -> Iterator[None]:
 class _EngineSlot:
     """The engine the tools use; when the server owns it, opened in its lifespan without delaying the handshake."""
 
-    def __init__(self, engine: Engine, owned: bool) -> None:
-        self.engine, self.owned = engine, owned
+    def __init__(self, engine: Engine, owned: bool, aliases: AliasResolver) -> None:
+        self.engine, self.owned, self.aliases = engine, owned, aliases
         self._opening: asyncio.Future[Engine] | None = None
 
     @asynccontextmanager
@@ -169,6 +174,7 @@ class _EngineSlot:
             opening.cancel()
             with suppress(Exception, asyncio.CancelledError):
                 await opening
+            await self.aliases.close()
             await self.engine.close()
 
     async def get(self) -> Engine:
@@ -188,79 +194,117 @@ def _log_failure(opening: asyncio.Future[Engine]) -> None:
         log.error("the engine did not open: %s", describe_error(error) or redact(f"{type(error).__name__}: {error}"))
 
 
-def build_server(engine: Engine, *, owned: bool = False) -> MCPServer[Any]:
+def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver | None = None) -> MCPServer[Any]:
     """The MCP server with its tools over ``engine``.
 
     :param engine: the engine the tools call.
     :param owned: open the engine when the server starts and close it when it stops (stdio); else
         the caller opens it before the first tool call and closes it after the last.
+    :param aliases: the bank aliases the tools resolve (default: a resolver of the server's own).
     """
-    slot = _EngineSlot(engine, owned)
+    aliases = aliases or AliasResolver(engine.db)
+    slot = _EngineSlot(engine, owned, aliases)
     server: MCPServer[Any] = MCPServer(
         "hindsight-recall", version=version("hindsight-recall"), instructions=INSTRUCTIONS,
         log_level="WARNING", lifespan=slot.lifespan,
     )
-    reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    async def opened() -> Engine:
+        with _tool_errors():  # an engine that failed to open answers every call with why
+            return await slot.get()
+
+    call = RouteCaller(api_app(engine, aliases), opened, engine.settings.mcp_bank_id)
+    reading = mcp_tools.READING
 
     @server.tool(annotations=reading)
     async def recall(
-        bank_id: Annotated[str, Field(description="The bank to search.")],
         query: Annotated[str, Field(description="The question, in natural language.")],
-        budget: Annotated[Budget, Field(description="How hard to search.")] = Budget.MID,
         max_tokens: Annotated[int, Field(ge=1, description="Pack the results into this many tokens.")] = 4096,
+        budget: Annotated[Budget, Field(description="How hard to search.")] = Budget.MID,
         types: Annotated[list[FactType] | None, Field(description="Fact types to search (default: all).")] = None,
+        prefer_observations: Annotated[bool | None, Field(description="Drop facts a returned observation "
+                                                                      "summarises.")] = None,
         tags: Annotated[list[str] | None, Field(description="Only memories with these tags (see tags_match).")]
         = None,
         tags_match: Annotated[TagsMatch, Field(description="How tags filter: any and all also keep untagged "
                                                            "memories; the _strict forms do not.")] = TagsMatch.ANY,
+        tag_groups: Annotated[list[dict[str, Any]] | None, Field(description="Not supported; use tags.")] = None,
         query_timestamp: Annotated[str | None, Field(description="ISO-8601 'now' for relative dates and "
                                                                  "recency (default: the current time).")] = None,
+        min_scores: Annotated[dict[str, float] | None, Field(description="Score floors: semantic, keyword, "
+                                                                         "reranker, final.")] = None,
+        temporal_window: Annotated[dict[str, str] | None, Field(description="{start, end} (ISO-8601) for the "
+                                                                            "temporal arm, instead of reading "
+                                                                            "dates from the query.")] = None,
+        include_chunks: Annotated[bool | Annotated[int, Field(ge=0)] | None, Field(
+            description="Also return source chunks: true (max_chunk_tokens) or a token budget.")] = False,
+        max_chunk_tokens: Annotated[int, Field(ge=0)] = 8192,
+        include_entities: Annotated[bool | Annotated[int, Field(ge=0)] | None, Field(
+            description="Also return the entities map: true (max_entity_tokens) or a token budget; "
+                        "false or null leaves it out.")] = True,
+        max_entity_tokens: Annotated[int, Field(ge=0)] = 500,
+        include_source_facts: Annotated[bool | Annotated[int, Field(ge=0)] | None, Field(
+            description="For observations, also return their source facts.")] = False,
+        max_source_facts_tokens: Annotated[int, Field(ge=-1)] = 4096,
+        bank_id: BankArg = None,
         limit: Annotated[int | None, Field(ge=1, description="Keep at most this many results.")] = None,
-        include_entities: Annotated[int | None, Field(ge=0, description="Token budget for the entities map; "
-                                                                        "null leaves it out.")] = 500,
-        include_chunks: Annotated[int | None, Field(ge=0, description="Token budget for the source chunks; "
-                                                                      "null (default) leaves them out.")] = None,
         trace: Annotated[bool, Field(description="Include the trace of every recall phase.")] = False,
     ) -> dict[str, Any]:
         """Find the memories of a bank most relevant to a question, ranked, within max_tokens."""
-        with _tool_errors():
-            return await (await slot.get()).recall(
-                bank_id, query, budget=budget, max_tokens=max_tokens, types=types and [t.value for t in types],
-                tags=tags, tags_match=tags_match, query_timestamp=query_timestamp, limit=limit,
-                include_entities=include_entities, include_chunks=include_chunks, trace=trace,
-            )
+        body = mcp_tools.recall_body(
+            query, budget=budget, max_tokens=max_tokens, types=[t.value for t in types] if types else None, tags=tags,
+            tags_match=tags_match, prefer_observations=prefer_observations, tag_groups=tag_groups,
+            query_timestamp=query_timestamp, min_scores=min_scores, temporal_window=temporal_window, limit=limit,
+            trace=trace, include_chunks=include_chunks, max_chunk_tokens=max_chunk_tokens,
+            include_entities=include_entities, max_entity_tokens=max_entity_tokens,
+            include_source_facts=include_source_facts, max_source_facts_tokens=max_source_facts_tokens)
+        return await call("POST", "/memories/recall", bank_id=bank_id, json=body)  # type: ignore[no-any-return]
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                                             open_world_hint=False))
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def retain(
-        bank_id: Annotated[str, Field(description="The bank to store into; created if new.")],
-        memories: Annotated[list[MemoryItem], Field(min_length=1, description="The memories to store.")],
+        content: Annotated[str | None, Field(description="One memory's text, stored verbatim and queued "
+                                                         "(the answer carries the operation id).")] = None,
+        context: Annotated[str, Field(description="Where it comes from or what it is about.")] = "general",
+        timestamp: Annotated[str | None, Field(description="When it happened (ISO-8601).")] = None,
+        tags: Annotated[list[str] | None, Field(description="Labels recall's tags filter matches.")] = None,
+        metadata: Annotated[dict[str, str] | None, Field(description="String keys to string values.")] = None,
+        document_id: Annotated[str | None, Field(description="The document it belongs to.")] = None,
+        bank_id: BankArg = None,
+        strategy: Annotated[str | None, Field(description="Not supported: this server extracts nothing.")] = None,
+        update_mode: Annotated[Literal["replace", "append"] | None, Field(
+            description="replace (default) or append to the memories of the same document_id.")] = None,
+        memories: Annotated[list[MemoryItem] | None, Field(
+            min_length=1, description="Instead of content: several memories, stored before the answer "
+                                      "(all or nothing), with their ids.")] = None,
     ) -> dict[str, Any]:
-        """Store memories in a bank verbatim (all or nothing); returns their ids."""
+        """Store memories in a bank verbatim: one (content) in the background, or several (memories) at once."""
+        if (content is None) == (memories is None):
+            raise ToolError("give either content (one memory) or memories (a list of them)")
+        if content is not None:
+            item = mcp_tools.retain_item(content, context, timestamp, tags, metadata, document_id, strategy)
+            if update_mode is not None:
+                item["update_mode"] = update_mode
+            answer = await call("POST", "/memories", bank_id=bank_id, json={"items": [item], "async": True})
+            return {"status": "accepted", "message": "Memory storage initiated",
+                    "operation_id": answer.get("operation_id")}
+        target = call.bank(bank_id)
         with _tool_errors():
-            items = [memory_from_item(item, i) for i, item in enumerate(memories)]
-            stats = await (await slot.get()).retain(bank_id, items, progress=False)
-        return {"bank_id": bank_id, "memories": stats.memories, "ids": [m.id for m in items],
+            items = memories_from_items(target, memories or [])
+            stats = await (await slot.get()).retain(target, items, progress=False)
+        return {"bank_id": target, "memories": stats.memories, "ids": [m.id for m in items],
                 "links": stats.links, "seconds": round(stats.seconds, 4)}
 
     @server.tool(annotations=reading)
-    async def list_banks() -> dict[str, Any]:
-        """List the banks with their memory counts."""
+    async def bank_stats(bank_id: BankArg = None) -> dict[str, Any]:
+        """What a bank holds in this server's own terms: memories by type, entities, chunks, documents,
+        links and its settings."""
         with _tool_errors():
-            return {"banks": await (await slot.get()).list_banks()}
-
-    @server.tool(annotations=reading)
-    async def bank_stats(
-        bank_id: Annotated[str, Field(description="The bank.")],
-    ) -> dict[str, Any]:
-        """What a bank holds: memories by type, entities, chunks, documents, links and its settings."""
-        with _tool_errors():
-            stats = await (await slot.get()).bank_stats(bank_id)
+            target = call.bank(bank_id)
+            stats = await (await slot.get()).bank_stats(target)
             if stats is None:
-                raise BankNotFound(bank_id)
+                raise BankNotFound(target)
             return stats
 
-    tools = (recall, retain, list_banks, bank_stats)
+    tools: list[Callable[..., Any]] = [recall, retain, bank_stats, *mcp_tools.register(server, call)]
     server.middleware.append(_refuse_unknown_arguments({t.__name__: frozenset(signature(t).parameters) for t in tools}))
     return server
 
@@ -287,35 +331,54 @@ class McpHttpApp:
     A host app that mounts it runs :meth:`running` in its own lifespan (see the module docstring).
     """
 
-    def __init__(self, server: MCPServer[Any], host: str, max_request_bytes: int) -> None:
+    def __init__(self, server: MCPServer[Any], host: str, max_request_bytes: int,
+                 aliases: AliasResolver | None = None) -> None:
         # The SDK's app builds the session manager, with DNS-rebinding protection when host is a loopback
         # address; only its lifespan and its handler are used, so no path of its own routing applies.
         self._standalone = server.streamable_http_app(stateless_http=True, json_response=True, host=host,
                                                       max_request_body_size=max_request_bytes)
         self._handler = StreamableHTTPASGIApp(server.session_manager)
         self._manager = server.session_manager
+        self._aliases = aliases
 
-    def running(self) -> AbstractAsyncContextManager[None]:
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
         """Run the session manager: enter once, in the host's lifespan, after the engine is open."""
-        return self._manager.run()
+        try:
+            async with self._manager.run():
+                yield
+        finally:
+            if self._aliases is not None:
+                await self._aliases.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # served on its own: the SDK's app runs the session manager
             await self._standalone(scope, receive, send)
-        else:
+            return
+        # the session's bank: mounted at /mcp/{bank_id}/, or an X-Bank-Id header (as upstream)
+        headers = dict(scope.get("headers") or ())
+        named = (scope.get("path_params") or {}).get("bank_id") or headers.get(b"x-bank-id", b"").decode("latin-1")
+        token = mcp_tools.session_bank.set(named or None)
+        try:
             await self._handler(scope, receive, send)
+        finally:
+            mcp_tools.session_bank.reset(token)
 
 
-def mcp_app(engine: Engine, *, host: str = "127.0.0.1",
-            max_request_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE) -> McpHttpApp:
+def mcp_app(engine: Engine, *, host: str = "127.0.0.1", max_request_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE,
+            aliases: AliasResolver | None = None) -> McpHttpApp:
     """The MCP tools over ``engine`` as an ASGI app for streamable HTTP; the host opens and closes the engine.
 
     :param engine: the engine, opened by the host (in its lifespan) before the first request.
     :param host: the address the host binds; for a loopback address, requests whose Host or Origin
         header names another host are refused (DNS-rebinding protection).
     :param max_request_bytes: a larger request body is refused with 413 (the SDK's default: 4 MiB).
+    :param aliases: the host's bank-alias resolver, if it has one (else the app keeps its own, closed
+        when :meth:`McpHttpApp.running` ends).
     """
-    return McpHttpApp(build_server(engine), host, max_request_bytes)
+    own = aliases is None
+    aliases = aliases or AliasResolver(engine.db)
+    return McpHttpApp(build_server(engine, aliases=aliases), host, max_request_bytes, aliases if own else None)
 
 
 async def serve_stdio(engine: Engine) -> None:

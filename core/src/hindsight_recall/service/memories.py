@@ -1,23 +1,29 @@
-"""Memory routes: retain, import, list, get, delete and recall."""
+"""Memory routes: retain, import, list, get, edit, delete, clear, tags and recall."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound, QueryTooLong
+from ..engine import Engine
+from ..errors import BankNotFound, QueryTooLong, RetainError
+from ..limits import key_problem
 from ..recall.trace import phase_sink
-from ..store import banks, listing
-from ..types import FACT_TYPES
+from ..retain.memories import parse_datetime, parse_memory
+from ..store import banks, invalidated, listing, memory_edit
+from ..types import FACT_TYPES, Memory, TagsMatch
 from . import async_retain
-from .base import bank_of, body_of, endpoint, engine_of, int_query
+from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
 from .errors import ServiceError
 from .items import build_memories, check_supported
 from .ops import Admission
-from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody
+from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
 
 #: upstream's unlimited (-1) source-fact budget, as a token count
 UNLIMITED = 2**31 - 1
@@ -77,39 +83,220 @@ def _list_item(memory: dict[str, Any]) -> dict[str, Any]:
             "source_memory_ids": memory["source_ids"]}
 
 
+def _invalidated_item(record: dict[str, Any]) -> dict[str, Any]:
+    """An invalidated memory (see :mod:`~hindsight_recall.store.invalidated`) in the list-row shape."""
+    line = record["memory"]
+    memory = {"id": line["id"], "text": line["text"], "type": line.get("type", "world"),
+              "context": line.get("context"), "occurred_start": line.get("occurred_start"),
+              "occurred_end": line.get("occurred_end"), "mentioned_at": line.get("mentioned_at"),
+              "tags": line.get("tags", []), "metadata": line.get("metadata", {}),
+              "document_id": line.get("document_id"), "chunk_id": None, "proof_count": line.get("proof_count", 1),
+              "entities": line.get("entities", []), "source_ids": line.get("sources", []),
+              "created_at": None, "updated_at": record["invalidated_at"]}
+    return {**_list_item(memory), "state": "invalidated", "invalidation_reason": record["reason"],
+            "invalidated_at": record["invalidated_at"]}
+
+
+def date_query(request: Request, name: str) -> datetime | None:
+    """An ISO-8601 query parameter (``Z`` allowed, naive read as UTC): 400 naming it when unreadable."""
+    value = text_query(request, name, max_chars=64)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ServiceError(400, "invalid_request", f"{name}: {value!r} is not an ISO-8601 date such as "
+                                                   "2024-05-01T12:00:00Z") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _entity_query(request: Request) -> uuid.UUID | None:
+    value = text_query(request, "entity_id", max_chars=64)
+    if value is None:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ServiceError(400, "invalid_request", f"entity_id: {value!r} is not a UUID") from None
+
+
 @endpoint
 async def list_memories(request: Request) -> Response:
+    """A page of the bank's memories with upstream's filters; a bank that does not exist (say, just
+    deleted) lists no memories, as upstream's clients expect. ``state=invalidated`` lists the
+    invalidated ones (type and ``q`` filter them; they have no links, entities rows or chunks)."""
     bank_id = bank_of(request)
-    fact_type = request.query_params.get("type") or None
-    if fact_type is not None and fact_type not in FACT_TYPES:
-        raise ServiceError(422, "invalid_request", f"type: {fact_type!r} is not one of {', '.join(FACT_TYPES)}")
+    fact_type = choice_query(request, "type", FACT_TYPES)
+    if text_query(request, "consolidation_state") is not None:
+        raise ServiceError(400, "unsupported_field", "consolidation_state: hindsight-recall does not consolidate "
+                                                     "memories, so none has a consolidation state")
+    state = choice_query(request, "state", ("valid", "invalidated"), "valid")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
+    time_field = choice_query(request, "time_field", listing.TIME_FIELDS)
+    start, end = date_query(request, "start_date"), date_query(request, "end_date")
+    if start is not None and end is not None and start >= end:
+        raise ServiceError(400, "invalid_request", "start_date: must be before end_date")
+    filters: dict[str, Any] = dict(
+        fact_type=fact_type, search=text_query(request, "q"), document_id=text_query(request, "document_id"),
+        entity_id=_entity_query(request), tags=texts_query(request, "tags"),
+        tags_match=choice_query(request, "tags_match", tuple(m.value for m in TagsMatch), "any"),
+        time_field=time_field, start=start, end=end, limit=limit, offset=offset)
     engine = engine_of(request)
-    if await engine.bank_stats(bank_id) is None:
-        raise BankNotFound(bank_id)
-    items, total = await engine.list_memories(
-        bank_id, fact_type=fact_type, search=request.query_params.get("q") or None,
-        document_id=request.query_params.get("document_id") or None, limit=limit, offset=offset)
-    return JSONResponse({"items": [_list_item(m) for m in items], "total": total, "limit": limit, "offset": offset})
+    if state == "invalidated":
+        async with engine.db.connect() as conn:
+            records, total = await invalidated.page(conn, bank_id, fact_type=fact_type, search=filters["search"],
+                                                    limit=limit, offset=offset)
+        rows = [_invalidated_item(r) for r in records]
+    else:
+        items, total = await engine.list_memories(bank_id, **filters)
+        rows = [_list_item(m) for m in items]
+    return JSONResponse({"items": rows, "total": total, "limit": limit, "offset": offset})
+
+
+def _memory_id(request: Request) -> str:
+    memory_id: str = request.path_params["memory_id"]
+    if problem := key_problem(memory_id):
+        raise ServiceError(400, "invalid_request", f"memory_id: {problem}")
+    return memory_id
+
+
+def _not_found(bank_id: str, memory_id: str) -> ServiceError:
+    return ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
 
 
 @endpoint
 async def get_memory(request: Request) -> Response:
+    bank_id, memory_id = bank_of(request), _memory_id(request)
+    return JSONResponse(await _current(engine_of(request), bank_id, memory_id))
+
+
+async def _current(engine: Engine, bank_id: str, memory_id: str) -> dict[str, Any]:
+    """The memory as ``GET`` answers it, valid or invalidated; 404 when it is neither."""
+    found = await engine.get_memory(bank_id, memory_id)
+    if found is not None:
+        return {**_list_item(found), "history": []}
+    async with engine.db.connect() as conn:
+        record = await invalidated.find(conn, bank_id, memory_id)
+    if record is None:
+        raise _not_found(bank_id, memory_id)
+    return {**_invalidated_item(record), "history": []}
+
+
+@endpoint
+async def memory_history(request: Request) -> Response:
+    """Upstream's observation history: the changes consolidation made to an observation. Nothing here
+    consolidates and an edit keeps no snapshot, so every memory's history is empty; 404 for no memory."""
+    bank_id, memory_id = bank_of(request), _memory_id(request)
+    if await engine_of(request).get_memory(bank_id, memory_id) is None:
+        raise _not_found(bank_id, memory_id)
+    return JSONResponse([])
+
+
+def _edited(memory: Memory, body: UpdateMemoryBody) -> Memory:
+    """``memory`` with the body's changes: the fields given, dates cleared by ``""`` or ``null``."""
+    changes: dict[str, Any] = {}
+    if body.text is not None:
+        if not body.text.strip():
+            raise ServiceError(400, "invalid_request", "text: must not be empty")
+        changes["text"] = body.text
+    if body.context is not None:
+        changes["context"] = body.context or None
+    for name in ("occurred_start", "occurred_end", "mentioned_at"):
+        if name in body.model_fields_set:
+            value = getattr(body, name)
+            changes[name] = parse_datetime(value, name) if value else None
+    if body.fact_type is not None:
+        changes["type"] = body.fact_type
+    if body.entities is not None:
+        changes["entities"] = tuple(dict.fromkeys(e.strip() for e in body.entities if e.strip()))
+    if body.tags is not None:
+        changes["tags"] = tuple(dict.fromkeys(t.strip() for t in body.tags if t.strip()))
+    return dataclasses.replace(memory, **changes)
+
+
+@endpoint
+async def update_memory(request: Request) -> Response:
+    """Edit a memory (upstream's ``update_memory``): text, context, dates, type, entities and (ours) tags;
+    ``state`` invalidates it (recall no longer sees it) or restores it.
+
+    An edit is a retain of the same id with those fields changed, so a new text is embedded again
+    and the memory's links are rebuilt, as retaining it so would have done; links other memories made
+    to it for its old text or dates are dropped. Observations are refused (as upstream: they are
+    derived). An invalidated memory leaves the bank for :mod:`~hindsight_recall.store.invalidated`,
+    its links with it; restoring it retains it again, with any edits of the same request.
+    """
+    bank_id, memory_id = bank_of(request), _memory_id(request)
+    body: UpdateMemoryBody = await body_of(request, UpdateMemoryBody)
+    engine = engine_of(request)
+    async with engine.db.connect() as conn:
+        stored = await memory_edit.stored_memory(conn, bank_id, memory_id)
+        retired = None if stored is not None else await invalidated.find(conn, bank_id, memory_id)
+    if stored is None and retired is None:
+        raise _not_found(bank_id, memory_id)
+    if retired is not None:
+        stored = parse_memory(retired["memory"])[1]
+    assert stored is not None
+    if stored.type == "observation":
+        raise ServiceError(400, "invalid_request", "memory_id: observations are derived from other memories and "
+                                                   "cannot be edited; edit their sources")
+    try:
+        edited = _edited(stored, body)
+    except RetainError as exc:
+        raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
+    if body.state == "invalidated" or (retired is not None and body.state is None):
+        async with engine.db.connect() as conn:  # one transaction: kept aside, then out of the bank
+            await invalidated.keep(conn, bank_id, edited, body.reason if retired is None or body.reason
+                                   else retired["reason"])
+            await banks.forget(conn, bank_id, [memory_id], engine.text_search)
+        return JSONResponse(await _current(engine, bank_id, memory_id))
+    await engine.retain(bank_id, [edited], progress=False)
+    if retired is not None:  # only once it is back: a failed retain leaves it invalidated, not lost
+        async with engine.db.connect() as conn:
+            await invalidated.take(conn, bank_id, memory_id)
+    elif (edited.text, edited.occurred_start, edited.occurred_end, edited.mentioned_at) != (
+            stored.text, stored.occurred_start, stored.occurred_end, stored.mentioned_at):
+        async with engine.db.connect() as conn:
+            await memory_edit.drop_links_into(conn, bank_id, memory_id)
+    return JSONResponse(await _current(engine, bank_id, memory_id))
+
+
+@endpoint
+async def clear_memories(request: Request) -> Response:
+    """Delete the bank's memories, or those of one ``type``, with their links and the chunks and entities
+    no remaining memory uses; the bank and its profile and settings stay. An unknown bank clears none."""
     bank_id = bank_of(request)
-    memory_id = request.path_params["memory_id"]
-    found = await engine_of(request).get_memory(bank_id, memory_id)
-    if found is None:
-        raise ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
-    return JSONResponse({**_list_item(found), "history": []})
+    fact_type = choice_query(request, "type", FACT_TYPES)
+    engine = engine_of(request)
+    async with engine.db.connect() as conn:
+        ids = await memory_edit.memory_ids(conn, bank_id, fact_type)
+        deleted = await banks.forget(conn, bank_id, ids, engine.text_search) if ids else 0
+    scope = f" of type '{fact_type}'" if fact_type else ""
+    return JSONResponse({"success": True, "message": f"Cleared {deleted} memory unit(s){scope} from bank '{bank_id}'",
+                         "deleted_count": deleted})
+
+
+@endpoint
+async def list_tags(request: Request) -> Response:
+    """The bank's tags with how many memories carry each (``q``: a pattern, ``*`` the wildcard). Mental
+    models are not kept here, so ``source=mental_models`` lists none. 404 for an unknown bank, as upstream."""
+    bank_id = bank_of(request)
+    pattern = text_query(request, "q")
+    source = choice_query(request, "source", ("memories", "mental_models"), "memories")
+    limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
+    async with engine_of(request).db.connect() as conn:
+        if await banks.bank_config(conn, bank_id) is None:
+            raise BankNotFound(bank_id)
+        items, total = ([], 0) if source == "mental_models" else await listing.list_tags(
+            conn, bank_id, pattern=pattern, limit=limit, offset=offset)
+    return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset})
 
 
 @endpoint
 async def delete_memory(request: Request) -> Response:
     """Ours (upstream has no such route): forget one memory with its links and unused chunks."""
-    bank_id = bank_of(request)
-    memory_id = request.path_params["memory_id"]
+    bank_id, memory_id = bank_of(request), _memory_id(request)
     if not await engine_of(request).forget(bank_id, [memory_id]):
-        raise ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
+        raise _not_found(bank_id, memory_id)
     return JSONResponse({"success": True, "message": f"Memory unit '{memory_id}' deleted", "deleted_count": 1})
 
 
@@ -161,7 +348,11 @@ def routes(banks_path: str) -> list[Route]:
         Route(f"{banks_path}/memories", retain, methods=["POST"]),
         Route(f"{banks_path}/memories/list", list_memories, methods=["GET"]),
         Route(f"{banks_path}/memories/recall", recall, methods=["POST"]),
+        Route(f"{banks_path}/memories", clear_memories, methods=["DELETE"]),
+        Route(f"{banks_path}/tags", list_tags, methods=["GET"]),
         Route(f"{banks_path}/memories/{{memory_id}}", get_memory, methods=["GET"]),
+        Route(f"{banks_path}/memories/{{memory_id}}", update_memory, methods=["PATCH"]),
         Route(f"{banks_path}/memories/{{memory_id}}", delete_memory, methods=["DELETE"]),
+        Route(f"{banks_path}/memories/{{memory_id}}/history", memory_history, methods=["GET"]),
         Route("/v1/default/memories/import", import_memories, methods=["POST"]),
     ]

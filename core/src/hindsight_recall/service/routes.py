@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from . import banks, memories, operations
+from . import aliases, banks, documents, entities, graph, memories, operations, reflect, transfer, unserved
+from .errors import http_error
+from .metrics import ServiceMetrics
+from .ops import ServiceState
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 #: every bank-scoped path starts here
 BANKS_PATH = "/v1/default/banks/{bank_id}"
 
 
 def api_routes() -> list[Route]:
-    """Every resource family's routes, in matching order."""
-    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *operations.routes(BANKS_PATH)]
+    """Every resource family's routes, in matching order; the 501 answers last, so a served route wins."""
+    return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *aliases.routes(BANKS_PATH),
+            *transfer.routes(BANKS_PATH), *reflect.routes(BANKS_PATH), *documents.routes(BANKS_PATH),
+            *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
+            *unserved.routes()]
+
+
+def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRouting:
+    """The routes alone over ``engine``, bank aliases resolved: no guard, no lifespan (what the MCP
+    tools call in process)."""
+    app = Starlette(routes=api_routes(), exception_handlers={HTTPException: http_error})
+    app.state.engine, app.state.service, app.state.metrics = engine, ServiceState(ready=True), ServiceMetrics()
+    return aliases.AliasRouting(app, resolver)

@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..types import Budget, TagsMatch
 
@@ -172,3 +172,57 @@ UNSUPPORTED = {
                           "meaning here; retain observations directly with the import endpoint",
     "strategy": "hindsight-recall stores items verbatim and has no extraction strategies",
 }
+
+
+class CreateAliasBody(_Body):
+    """Upstream's CreateBankAliasRequest: the extra id, and whether to show the bank under it."""
+
+    alias: str
+    primary: bool = False
+
+
+class SetAliasPrimaryBody(_Body):
+    primary: bool
+
+
+class DispositionBody(_Body):
+    """``PUT /v1/default/banks/{bank_id}/profile`` (upstream's older ``update_bank_disposition``)."""
+
+    disposition: DispositionTraits
+
+
+class BackgroundBody(_Body):
+    """``POST /v1/default/banks/{bank_id}/background`` (upstream's older ``add_bank_background``)."""
+
+    content: str
+    #: accepted; upstream no longer infers a disposition from the background either
+    update_disposition: bool = True
+
+
+class UpdateMemoryBody(_Body):
+    """``PATCH /v1/default/banks/{bank_id}/memories/{memory_id}`` (upstream's ``update_memory``).
+
+    A date or the context set to ``""`` (or a date to ``null``) clears it; an omitted field stays.
+    """
+
+    text: str | None = None
+    context: str | None = None
+    occurred_start: str | None = None
+    occurred_end: str | None = None
+    mentioned_at: str | None = None
+    fact_type: Literal["world", "experience"] | None = None
+    entities: list[str] | None = None
+    #: accepted; entities are always matched by name, case-insensitively
+    resolve_entities: bool = True
+    state: Literal["valid", "invalidated"] | None = None
+    reason: str | None = None
+    # ours: replace the memory's tags
+    tags: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _an_edit(self) -> UpdateMemoryBody:
+        dates = {"occurred_start", "occurred_end", "mentioned_at"} & self.model_fields_set
+        edits = ("text", "context", "fact_type", "entities", "state", "tags")
+        if not dates and all(getattr(self, name) is None for name in edits):
+            raise ValueError("provide at least one field to update")
+        return self

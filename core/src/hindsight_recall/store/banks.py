@@ -18,6 +18,7 @@ from ..protocols import TextSearchBackend
 from ..settings import BankSettings
 from ..types import Placement
 from . import term_stats
+from .schema import of_document
 
 MAX_BANK_ID = 256
 
@@ -200,6 +201,9 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
         return False
     for table in ("memory_links", "observation_sources", "operations"):
         await conn.execute(text(f"DELETE FROM {table} WHERE bank_id = :bank"), {"bank": bank_id})
+    # its aliases go with it (by cascade); every process's alias map is told at commit
+    if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM bank_aliases WHERE bank_id = :bank)"), {"bank": bank_id}):
+        await conn.execute(text("SELECT pg_notify('hindsight_recall_aliases', :bank)"), {"bank": bank_id[:7000]})
     await term_stats.delete_bank(conn, bank_id)
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
     return True
@@ -241,8 +245,8 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
                  backend: TextSearchBackend | None = None) -> int:
     """Remove a bank's memories by caller id with their links, entity pairs and observation sources.
 
-    Chunks and entities no other memory of the bank uses go too; observations citing a removed
-    memory lose it from their sources. Returns how many memories were removed.
+    Chunks, entities and documents no other memory of the bank uses go too; observations citing a
+    removed memory lose it from their sources. Returns how many memories were removed.
 
     :param backend: the text-search backend, whose term statistics (if it keeps them) lose the memories.
     """
@@ -270,9 +274,14 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
     ):
         await conn.execute(text(statement), params)
     await term_stats.count_out(conn, backend, bank_id, ids)
-    chunk_ids = [c for c in (await conn.execute(text(
-        "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id"
-    ), params)).scalars() if c]
+    removed = (await conn.execute(text(
+        "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id, document_id"
+    ), params)).all()
+    chunk_ids = [r.chunk_id for r in removed if r.chunk_id]
+    await conn.execute(text(  # a document is its memories: without any, it is gone
+        f"DELETE FROM documents d WHERE d.bank_id = :bank AND d.document_id = ANY(:docs) AND NOT EXISTS "
+        f"(SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'd.document_id')})"
+    ), {"bank": bank_id, "docs": sorted({r.document_id for r in removed if r.document_id})})
     await conn.execute(text(
         "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.chunk_id = ANY(:chunks) "
         "AND NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND u.chunk_id = c.chunk_id)"

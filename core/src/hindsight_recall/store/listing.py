@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..recall.filters import tag_filter
+from ..types import TagsMatch
 
 _COLUMNS = (
     "u.external_id, u.text, u.fact_type, u.context, u.occurred_start, u.occurred_end, u.mentioned_at, u.tags, "
@@ -40,13 +47,22 @@ async def get_memory(conn: AsyncConnection, bank_id: str, memory_id: str) -> dic
     return None if found is None else _row(found)
 
 
+#: the time axes a listing may be windowed and ordered by (upstream's names)
+TIME_FIELDS = ("created_at", "updated_at", "mentioned_at", "occurred_start", "occurred_end")
+
+
 async def list_memories(
     conn: AsyncConnection, bank_id: str, *, fact_type: str | None = None, search: str | None = None,
-    document_id: str | None = None, limit: int = 100, offset: int = 0,
+    document_id: str | None = None, entity_id: uuid.UUID | None = None, tags: Sequence[str] | None = None,
+    tags_match: TagsMatch | str = TagsMatch.ANY, time_field: str | None = None, start: datetime | None = None,
+    end: datetime | None = None, limit: int = 100, offset: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
     """A page of a bank's memories, most recently mentioned first, and how many match in all.
 
-    ``search`` is a case-insensitive substring of the text or the context (no pattern syntax).
+    ``search`` is a case-insensitive substring of the text or the context (no pattern syntax);
+    ``entity_id`` keeps the memories linked to that entity; ``tags`` filter as recall's do. A
+    ``time_field`` (or either bound, which then windows ``created_at``) keeps the memories dated on
+    that axis, in ``[start, end)``, newest first. An unknown bank has no memories.
     """
     where = ["u.bank_id = :bank"]
     params: dict[str, Any] = {"bank": bank_id, "limit": limit, "offset": offset}
@@ -59,11 +75,30 @@ async def list_memories(
     if document_id is not None:
         where.append("u.document_id = :doc")
         params["doc"] = document_id
+    if entity_id is not None:
+        where.append("u.id IN (SELECT ue.unit_id FROM unit_entities ue WHERE ue.bank_id = :bank "
+                     "AND ue.entity_id = :entity)")
+        params["entity"] = entity_id
+    tag_sql = tag_filter(tags, tags_match)
+    if tag_sql.sql:
+        where.append(re.sub(r"(?<![\w:.])tags\b", "u.tags", tag_sql.sql))  # the column, not :filter_tags
+        params.update(tag_sql.params)
+    order = "coalesce(u.mentioned_at, u.created_at) DESC, u.external_id"
+    if time_field is not None or start is not None or end is not None:
+        # one of TIME_FIELDS, never caller text
+        column = f"u.{TIME_FIELDS[TIME_FIELDS.index(time_field or 'created_at')]}"
+        where.append(f"{column} IS NOT NULL")
+        if start is not None:
+            where.append(f"{column} >= :start")
+            params["start"] = start
+        if end is not None:
+            where.append(f"{column} < :end")
+            params["end"] = end
+        order = f"{column} DESC, u.external_id"
     condition = " AND ".join(where)
     total = int(await conn.scalar(text(f"SELECT count(*) FROM memory_units u WHERE {condition}"), params) or 0)
     rows = await conn.execute(text(
-        f"SELECT {_COLUMNS} FROM memory_units u WHERE {condition} "
-        "ORDER BY coalesce(u.mentioned_at, u.created_at) DESC, u.external_id LIMIT :limit OFFSET :offset"
+        f"SELECT {_COLUMNS} FROM memory_units u WHERE {condition} ORDER BY {order} LIMIT :limit OFFSET :offset"
     ), params)
     return [_row(r) for r in rows], total
 
@@ -75,3 +110,29 @@ async def document_memory_ids(conn: AsyncConnection, bank_id: str, document_id: 
         "ORDER BY position NULLS LAST, created_at, external_id"
     ), {"bank": bank_id, "doc": document_id})
     return list(rows.scalars())
+
+
+def _like_pattern(pattern: str) -> str:
+    """``*`` as the only wildcard: the LIKE metacharacters of the pattern are matched literally."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%")
+
+
+async def list_tags(conn: AsyncConnection, bank_id: str, *, pattern: str | None = None, limit: int = 100,
+                    offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """A page of the bank's tags with how many memories carry each, most used first, and the number of
+    distinct tags matching in all.
+
+    :param pattern: case-insensitive, the whole tag, with ``*`` matching any run of characters.
+    """
+    where = "u.bank_id = :bank AND tag <> ''"
+    params: dict[str, Any] = {"bank": bank_id, "limit": limit, "offset": offset}
+    if pattern:
+        where += " AND tag ILIKE :pattern ESCAPE '\\'"
+        params["pattern"] = _like_pattern(pattern)
+    source = f"FROM memory_units u CROSS JOIN LATERAL unnest(u.tags) AS tag WHERE {where}"
+    total = int(await conn.scalar(text(f"SELECT count(DISTINCT tag) {source}"), params) or 0)
+    rows = await conn.execute(text(
+        f"SELECT tag, count(*) AS n {source} GROUP BY tag ORDER BY n DESC, tag LIMIT :limit OFFSET :offset"
+    ), params)
+    return [{"tag": r.tag, "count": r.n} for r in rows], total

@@ -1,0 +1,107 @@
+"""Reflect route: upstream Hindsight 1.1.0's ``POST /v1/default/banks/{bank_id}/reflect``, one recall and one answer.
+
+The request body takes every field of upstream's ReflectRequest. Those that steer parts of upstream's
+agent this project does not have (directives, mental models, the observation search tool) are
+accepted and change nothing; ``tag_groups`` is refused as recall refuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import QueryTooLong
+from ..llm.errors import LLMError
+from ..reflect import reflector_for
+from ..types import Budget, FactType, TagsMatch
+from .base import bank_of, body_of, endpoint, engine_of
+from .errors import ServiceError
+from .schemas import UNSUPPORTED, _Body
+
+#: the most tokens a reply may be asked for (no model writes more; a larger number is a mistake)
+MAX_REPLY_TOKENS = 1_000_000
+
+
+class FactsInclude(_Body):
+    """``include.facts: {}`` returns the cited memories as ``based_on``."""
+
+
+class ToolCallsInclude(_Body):
+    output: bool = True
+
+
+class ReflectInclude(_Body):
+    facts: FactsInclude | None = None
+    tool_calls: ToolCallsInclude | None = None
+
+
+class ReflectBody(_Body):
+    """``POST /v1/default/banks/{bank_id}/reflect`` (upstream's ReflectRequest)."""
+
+    query: str
+    budget: Budget = Budget.LOW
+    context: str | None = None
+    max_tokens: int | None = Field(4096, ge=1, le=MAX_REPLY_TOKENS)
+    include: ReflectInclude | None = Field(default_factory=ReflectInclude)
+    response_schema: dict[str, Any] | None = None
+    tags: list[str] | None = None
+    tags_match: TagsMatch = TagsMatch.ANY
+    tag_groups: list[dict[str, Any]] | None = None
+    fact_types: list[FactType] | None = Field(None, min_length=1)
+    # accepted, no effect: upstream's agent loop reads them (directives, mental models, observation search)
+    apply_all_directives: bool | None = None
+    exclude_mental_models: bool | None = None
+    exclude_mental_model_ids: list[str] | None = None
+    reflect_search_observations_max_tokens: int | None = Field(None, ge=1)
+    reflect_search_observations_include_entities: bool | None = None
+
+    @field_validator("query", "context")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    @model_validator(mode="after")
+    def _has_question(self) -> ReflectBody:
+        if not self.query.strip() and not (self.context or "").strip():
+            raise ValueError("'query' must not be empty or whitespace-only")
+        return self
+
+
+@endpoint
+async def reflect(request: Request) -> Response:
+    """Recall with the request's budget and filters, then ask the configured chat model (501 when there is none)."""
+    bank_id = bank_of(request)
+    engine = engine_of(request)
+    reflector = reflector_for(engine)
+    try:
+        reflector.llm()
+        body: ReflectBody = await body_of(request, ReflectBody)
+        if body.tag_groups is not None:
+            raise ServiceError(400, "unsupported_field", f"tag_groups: {UNSUPPORTED['tag_groups']}")
+        allowed = engine.settings.recall_max_query_tokens
+        question = f"{body.query}\n\nAdditional context: {body.context}" if body.context else body.query
+        if allowed and engine.tokens.count(question) > allowed:
+            raise QueryTooLong(engine.tokens.count(question), allowed)
+        include = body.include or ReflectInclude()
+        # no recall admission slot: it would be held for the model's seconds; the engine bounds the recall
+        result = await reflector.reflect(
+            bank_id, body.query, budget=body.budget.value, context=body.context,
+            max_tokens=body.max_tokens or 4096, types=[t.value for t in body.fact_types or ()] or None,
+            tags=body.tags, tags_match=body.tags_match.value, response_schema=body.response_schema,
+            include_facts=include.facts is not None, include_trace=include.tool_calls is not None,
+            trace_output=include.tool_calls.output if include.tool_calls else True,
+        )
+    except LLMError as exc:
+        raise ServiceError(exc.status, exc.code, str(exc)) from None
+    return JSONResponse(result)
+
+
+def routes(banks_path: str) -> list[Route]:
+    """The reflect route."""
+    return [Route(f"{banks_path}/reflect", reflect, methods=["POST"])]

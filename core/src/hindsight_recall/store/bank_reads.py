@@ -1,0 +1,126 @@
+"""Read-only views over whole banks: a page of the bank list, link counts, a bank's ingestion over time."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .banks import _profile
+
+#: the bank list, most recently written first: one statement, profiles and counts included (no
+#: window function: Citus would not push one down). The counts come from one grouped scan (a join on
+#: the bank column, which Citus runs per shard); the first-ingest time of the newest document only
+#: for the page.
+_BANK_PAGE = """
+WITH written AS (
+    SELECT bank_id, count(*) AS facts, max(greatest(created_at, updated_at)) AS last_write
+    FROM memory_units GROUP BY bank_id
+), listed AS (
+    SELECT b.bank_id, b.created_at, b.updated_at, b.profile, coalesce(w.facts, 0) AS facts, w.last_write
+    FROM banks b LEFT JOIN written w ON w.bank_id = b.bank_id
+    WHERE CAST(:q AS text) IS NULL OR strpos(lower(b.bank_id), lower(CAST(:q AS text))) > 0
+       OR strpos(lower(coalesce(b.profile->>'name', '')), lower(CAST(:q AS text))) > 0
+    ORDER BY w.last_write DESC NULLS LAST, b.created_at DESC, b.bank_id
+    LIMIT :limit OFFSET :offset
+), documents AS (
+    SELECT bank_id, max(first_seen) AS last_document
+    FROM (SELECT bank_id, min(created_at) AS first_seen FROM memory_units
+          WHERE bank_id IN (SELECT bank_id FROM listed) AND document_id IS NOT NULL
+          GROUP BY bank_id, document_id) AS firsts
+    GROUP BY bank_id
+)
+SELECT l.*, d.last_document FROM listed l LEFT JOIN documents d ON d.bank_id = l.bank_id
+ORDER BY l.last_write DESC NULLS LAST, l.created_at DESC, l.bank_id
+"""
+
+_BANK_COUNT = """
+SELECT count(*) FROM banks b WHERE CAST(:q AS text) IS NULL OR strpos(lower(b.bank_id), lower(CAST(:q AS text))) > 0
+    OR strpos(lower(coalesce(b.profile->>'name', '')), lower(CAST(:q AS text))) > 0
+"""
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+async def bank_page(conn: AsyncConnection, *, search: str | None = None, limit: int = 100,
+                    offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """One page of banks, most recently written first, and how many match ``search`` in all.
+
+    :param search: a case-insensitive substring of the bank id or its name.
+    """
+    params = {"q": search, "limit": limit, "offset": offset}
+    rows = list(await conn.execute(text(_BANK_PAGE), params))
+    total = int(await conn.scalar(text(_BANK_COUNT), {"q": search}) or 0)
+    page = []
+    for r in rows:
+        profile = _profile(r.bank_id, r.profile or {}, r.updated_at)
+        page.append({
+            "bank_id": r.bank_id, "name": profile["name"], "disposition": profile["disposition"],
+            "mission": profile["mission"] or None, "created_at": _iso(r.created_at),
+            "updated_at": profile["updated_at"],
+            "fact_count": r.facts, "last_document_at": _iso(r.last_document), "last_write_at": _iso(r.last_write),
+            "display_alias": None, "matched_aliases": [],
+        })
+    return page, int(total)
+
+
+async def link_counts(conn: AsyncConnection, bank_id: str) -> dict[str, int]:
+    """The bank's links by type (``semantic``, ``temporal``, ``causes``, ...)."""
+    rows = await conn.execute(text(
+        "SELECT link_type, count(*) AS n FROM memory_links WHERE bank_id = :bank GROUP BY link_type ORDER BY link_type"
+    ), {"bank": bank_id})
+    return {r.link_type: r.n for r in rows}
+
+
+async def last_write(conn: AsyncConnection, bank_id: str) -> str | None:
+    """When a memory of the bank was last stored or changed; ``None`` for an empty bank."""
+    value = await conn.scalar(text(
+        "SELECT max(greatest(created_at, updated_at)) FROM memory_units WHERE bank_id = :bank"), {"bank": bank_id})
+    return _iso(value)
+
+
+#: period -> (bucket unit, bucket width, bucket count): upstream's periods
+PERIODS: dict[str, tuple[str, timedelta, int]] = {
+    "1h": ("minute", timedelta(minutes=1), 60),
+    "12h": ("hour", timedelta(hours=1), 12),
+    "1d": ("hour", timedelta(hours=1), 24),
+    "7d": ("day", timedelta(days=1), 7),
+    "30d": ("day", timedelta(days=1), 30),
+    "90d": ("day", timedelta(days=1), 90),
+}
+#: the axes a time series may bucket on; an event time falls back to ``created_at`` per row
+SERIES_FIELDS = ("created_at", "mentioned_at", "occurred_start")
+
+
+def _floor(moment: datetime, unit: str) -> datetime:
+    if unit == "minute":
+        return moment.replace(second=0, microsecond=0)
+    if unit == "hour":
+        return moment.replace(minute=0, second=0, microsecond=0)
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+async def memories_timeseries(conn: AsyncConnection, bank_id: str, period: str, time_field: str,
+                              now: datetime) -> list[dict[str, Any]]:
+    """Memories per UTC bucket and fact type over ``period`` back from ``now``; every bucket listed, empty
+    ones as zeros. ``period`` is a key of :data:`PERIODS`, ``time_field`` one of :data:`SERIES_FIELDS`."""
+    unit, step, count = PERIODS[period]
+    column = SERIES_FIELDS[SERIES_FIELDS.index(time_field)]  # never caller text
+    at = f"coalesce({column}, created_at)" if column != "created_at" else "created_at"
+    last = _floor(now, unit)
+    first = last - step * (count - 1)
+    rows = await conn.execute(text(
+        f"SELECT date_trunc(:unit, {at} AT TIME ZONE 'UTC') AS bucket, fact_type, count(*) AS n "
+        f"FROM memory_units WHERE bank_id = :bank AND {at} >= :since AND {at} < :until GROUP BY 1, 2"
+    ), {"unit": unit, "bank": bank_id, "since": first, "until": last + step})
+    buckets = {first + step * i: {"time": (first + step * i).isoformat(), "world": 0, "experience": 0,
+                                  "observation": 0} for i in range(count)}
+    for r in rows:
+        bucket = buckets.get(r.bucket.replace(tzinfo=now.tzinfo))
+        if bucket is not None and r.fact_type in bucket:
+            bucket[r.fact_type] += r.n
+    return list(buckets.values())
