@@ -95,7 +95,7 @@ def growth(samples: list[dict[str, Any]], window_minutes: float) -> float | None
     start = next((s for s in samples if s["minute"] >= end["minute"] - window_minutes - 1e-9), samples[0])
     if start is end:
         return None
-    return round(100 * (end["rss_mb"] - start["rss_mb"]) / start["rss_mb"], 2)
+    return round(100 * (float(end["rss_mb"]) - start["rss_mb"]) / start["rss_mb"], 2)
 
 
 class Soak:
@@ -116,7 +116,8 @@ class Soak:
         self.errors[what] = self.errors.get(what, 0) + 1
 
     async def _retain(self, client: Any, bank: str, texts: list[str]) -> None:
-        response = await client.post(f"/v1/default/banks/{bank}/memories", json={"items": [{"content": t} for t in texts]})
+        response = await client.post(f"/v1/default/banks/{bank}/memories",
+                                     json={"items": [{"content": t} for t in texts]})
         if response.status_code == 200:
             self.acknowledged[bank].extend(texts)
             self.counts["retains"] += 1
@@ -154,7 +155,7 @@ class Soak:
 
     async def _sampler(self, server: subprocess.Popen[bytes], started: float, stop: asyncio.Event) -> None:
         while server.poll() is None:
-            sample = {"minute": round((time.monotonic() - started) / 60, 2), **memory_rss(server.pid),
+            sample: dict[str, Any] = {"minute": round((time.monotonic() - started) / 60, 2), **memory_rss(server.pid),
                       **self.counts, "load": [round(x, 2) for x in os.getloadavg()]}
             self.samples.append(sample)
             self.echo(f"  {sample['minute']:6.2f} min  RSS {sample['rss_mb']:7.1f} MB  (anon {sample['anon_mb']:.1f})"
