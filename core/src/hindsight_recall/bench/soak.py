@@ -95,7 +95,8 @@ def growth(samples: list[dict[str, Any]], window_minutes: float) -> float | None
     start = next((s for s in samples if s["minute"] >= end["minute"] - window_minutes - 1e-9), samples[0])
     if start is end:
         return None
-    return round(100 * (float(end["rss_mb"]) - start["rss_mb"]) / start["rss_mb"], 2)
+    first, last = float(start["rss_mb"]), float(end["rss_mb"])
+    return round(100 * (last - first) / first, 2)
 
 
 class Soak:
