@@ -162,9 +162,10 @@ class Soak:
             self.echo(f"  {sample['minute']:6.2f} min  RSS {sample['rss_mb']:7.1f} MB  (anon {sample['anon_mb']:.1f})"
                       f"  recalls {sample['recalls']}  retains {sample['retains']}  errors {sample['errors']}"
                       f"  load {sample['load'][0]}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.options.sample_seconds)
+            if stop.is_set():
                 return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.options.sample_seconds)  # set: one last sample
 
     async def run(self, server: subprocess.Popen[bytes], base_url: str) -> dict[str, Any]:
         """Seed the banks, run the clients while sampling, then check what was stored."""
