@@ -31,6 +31,7 @@ from ..store import ann, banks, term_stats
 from ..store._bincopy import driver_connection
 from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
+from ..store.vector_types import register_vector
 from ..textsearch import backend_parameters
 from ..tokens import TokenCounter
 from ..types import Memory
@@ -342,10 +343,8 @@ class Ingestor:
         Rows are written in id order: the primary key then fills page by page, and the entity pairs'
         foreign-key checks (also sent in id order) read the table in order.
         """
-        from pgvector.psycopg import register_vector_async  # late: only retain writes vectors
-
         raw = await driver_connection(conn)
-        await register_vector_async(raw)
+        await register_vector(raw)
         await conn.execute(text(
             f"CREATE TEMP TABLE IF NOT EXISTS retain_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS"
         ))
