@@ -153,3 +153,15 @@ def test_auto_runs_on_torch_what_onnx_cannot(tmp_path: Path, caplog: pytest.LogC
     with pytest.raises(ConfigError, match="EMBEDDINGS_LOCAL_MODEL"):  # this folder holds no weights for torch
         emb.dimensions()
     assert emb.backend == "torch" and "using torch" in caplog.text
+
+
+def test_batches_of_every_shape_keep_no_memory_pattern(onnx_cache: Path) -> None:
+    from hindsight_recall._onnx import OnnxEncoder
+
+    encoder = OnnxEncoder(bundled_model_path(), onnx_cache)
+    assert encoder.session.get_session_options().enable_mem_pattern is False
+    # the same texts in batches of many (rows, tokens) shapes give the vectors each gives alone
+    texts = [f"{i}: " + "Melanie painted the lake at dawn. " * (i % 11) for i in range(24)]
+    alone = np.vstack([encoder.encode([t]) for t in texts])
+    for batch_size in (2, 3, 5, 8):
+        assert np.allclose(encoder.encode(texts, batch_size=batch_size), alone, atol=1e-5)

@@ -13,9 +13,9 @@ from hindsight_recall.recall.trace import DIAGNOSTIC_PREFIXES
 from hindsight_recall.store import banks
 from hindsight_recall.testing.suite import keyword_hits
 
-PHASES = ["backend_acquisition", "generate_query_embedding", "temporal_extraction", "parallel_retrieval",
-          "rrf_merge", "context", "rerank_prefilter", "reranking", "combined_scoring", "prefer_observations_dedup",
-          "chunk_fetch", "token_filtering", "source_fact_fetch", "entity_build"]
+PHASES = ["backend_acquisition", "similarity_floors", "temporal_extraction", "generate_query_embedding",
+          "parallel_retrieval", "rrf_merge", "context", "rerank_prefilter", "reranking", "combined_scoring",
+          "prefer_observations_dedup", "chunk_fetch", "token_filtering", "source_fact_fetch", "entity_build"]
 
 
 def ids(body: dict) -> list[str]:

@@ -288,7 +288,9 @@ async def test_a_bulk_load_is_vacuumed_and_analyzed_before_retain_returns(
                         embeddings=vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
     assert calls == [MAINTAINED_TABLES]
     assert await all_visible_pages() > before  # the new rows' pages are in the visibility map
+    # this store's table only: other tests leave stores of their own in other schemas
     analyzed = await count(engine, "SELECT count(*) FROM pg_stats WHERE tablename = 'memory_units' "
+                                   "AND schemaname = current_schema() "
                                    "AND attname = 'search_vector' AND most_common_elems IS NOT NULL")
     assert analyzed == 1  # the keyword arm's term frequencies exist
 

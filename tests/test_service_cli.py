@@ -118,7 +118,7 @@ def test_serve_runs_and_shuts_down_gracefully(tmp_path: Path) -> None:
 
     port = free_port()
     env = cli_env(HINDSIGHT_API_EMBEDDED_DATA_DIR=str(tmp_path / "pg"), HINDSIGHT_API_RERANKER_PROVIDER="rrf",
-                  HINDSIGHT_API_PORT=str(port))
+                  HINDSIGHT_API_PORT=str(port), HINDSIGHT_API_SERVICE_SHUTDOWN_TIMEOUT="120")
     process = subprocess.Popen([sys.executable, "-m", "hindsight_recall.cli", "serve"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

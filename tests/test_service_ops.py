@@ -269,10 +269,16 @@ def test_profile_fields_are_stored_and_llm_fields_named(http: httpx.Client) -> N
     assert_error(http.put(f"/v1/default/banks/{bank_id}", json={"mission": "a\x00b"}), 422, "invalid_request")
 
 
-def test_async_retain_is_done_before_the_answer(http: httpx.Client) -> None:
+def test_async_retain_is_queued_and_answered_with_its_operation(http: httpx.Client) -> None:
     bank_id = f"ops-{uuid.uuid4().hex[:8]}"
     response = http.post(f"/v1/default/banks/{bank_id}/memories", json={"items": [{"content": "x y"}], "async": True})
-    assert response.json()["async"] is False
+    body = response.json()
+    assert body["async"] is True and body["items_count"] == 1 and uuid.UUID(body["operation_id"])
+    path = f"/v1/default/banks/{bank_id}/operations/{body['operation_id']}"
+    deadline = time.monotonic() + 60
+    while http.get(path).json()["status"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     assert http.get(f"/v1/default/banks/{bank_id}/memories/list").json()["total"] == 1
 
 

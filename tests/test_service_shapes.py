@@ -57,7 +57,8 @@ def test_every_upstream_route_we_serve_is_there(tmp_path: Path) -> None:
     app = create_app(load_settings(embedded_data_dir=tmp_path / "pg", reranker_provider="rrf"))
     served: dict[str, set[str]] = {}
     for route in app.state.routes:
-        served.setdefault(route.path, set()).update(m.lower() for m in route.methods or ())
+        path = route.path.replace(":path}", "}")  # ids that may hold "/" are typed in our paths only
+        served.setdefault(path, set()).update(m.lower() for m in route.methods or ())
     for path, methods in UPSTREAM["paths"].items():
         for method in methods:
             assert method in served.get(path, set()), f"{method.upper()} {path}"

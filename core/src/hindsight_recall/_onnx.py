@@ -143,6 +143,9 @@ class OnnxEncoder:
         options = onnxruntime.SessionOptions()
         # no busy-waiting between ops: the threads would spin on cores PostgreSQL and the arms need
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # no memory pattern per input shape: every batch has its own (rows, tokens) shape, and the
+        # patterns ONNX Runtime keeps for each shape it has seen grew a long-running server for hours
+        options.enable_mem_pattern = False
         self.session = onnxruntime.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         self.names = {i.name for i in self.session.get_inputs()}
 

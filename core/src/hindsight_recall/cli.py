@@ -294,6 +294,40 @@ def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, que
     run(lambda: run_scale(options, echo=click.echo))
 
 
+@bench.command("soak")
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=5, show_default=True)
+@click.option("--clients", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--banks", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--recall-share", type=click.FloatRange(0, 1), default=0.8, show_default=True,
+              help="Share of requests that are recalls; the others retain 1 to 8 memories.")
+@click.option("--seed-memories", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Memories retained into each bank before the clock starts.")
+@click.option("--sample-seconds", type=click.FloatRange(min=0, min_open=True), default=60, show_default=True)
+@click.option("--checks", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Acknowledged memories recalled by their text at the end.")
+@click.option("--database-url", help="Run on this PostgreSQL (in banks of its own, deleted afterwards) "
+              "instead of a fresh embedded one.")
+@click.option("--server-env", multiple=True, help="NAME=VALUE added to the server's environment (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Write the server's log here.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON here.")
+def bench_soak(minutes: float, clients: int, banks: int, recall_share: float, seed_memories: int,
+               sample_seconds: float, checks: int, database_url: str | None, server_env: tuple[str, ...],
+               seed: int, log: Path | None, out: Path | None) -> None:
+    """Run `serve` under recalls and small retains for a while; report its memory (RSS) per sample."""
+    from .bench.soak import SoakOptions, run_soak
+
+    if any("=" not in item for item in server_env):
+        raise click.BadParameter("give NAME=VALUE", param_hint="--server-env")
+    env = dict(item.partition("=")[::2] for item in server_env)
+    options = SoakOptions(minutes=minutes, clients=clients, banks=banks, recall_share=recall_share,
+                          seed_memories=seed_memories, sample_seconds=sample_seconds, checks=checks,
+                          database_url=database_url, seed=seed, server_env=env, log=log)
+    report = run(lambda: run_soak(options, echo=click.echo))
+    if out:
+        out.write_text(json.dumps(report, indent=2))
+
+
 @main.command()
 @click.option("--host", help="Address to bind (default HINDSIGHT_API_HOST, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default HINDSIGHT_API_PORT, 8888).")

@@ -139,6 +139,11 @@ class Settings(BaseSettings, BankSettings):
     graph_seed_min_similarity: float = Field(0.3, ge=0, le=1)
     temporal_semantic_min_similarity: float = Field(0.1, ge=0, le=1)
     semantic_link_min_similarity: float = Field(0.7, ge=0, le=1)
+    # The cosine floors above are on the bundled model's scale; carry them to the configured model's
+    # (recall/floors.py).
+    semantic_floor_calibration: bool = True
+    # When no memory reaches any arm's floor, this many nearest memories come back as weak results.
+    recall_weak_results: int = Field(5, ge=0)
 
     # Graph arm
     graph_retriever: str = "link_expansion"
@@ -222,7 +227,16 @@ class Settings(BaseSettings, BankSettings):
     service_max_recalls_in_flight: int = Field(64, ge=1)
     service_retry_after: int = Field(1, ge=0)
     #: seconds in-flight requests may take to finish after SIGTERM
-    service_shutdown_timeout: float = Field(30, ge=0)
+    service_shutdown_timeout: float = Field(5, ge=0)
+    #: items a synchronous retain may carry; a larger one is refused (413) in favour of ``async: true``
+    service_max_sync_retain_items: int = Field(2000, ge=1)
+    #: async operations this process runs at once (0: it queues operations but runs none)
+    service_operation_workers: int = Field(2, ge=0)
+    #: seconds a worker's claim on an operation lasts unless renewed; a dead worker's operation is
+    #: taken again after it
+    service_operation_lease: float = Field(30, ge=1)
+    #: items an async retain commits per transaction (its progress is recorded after each)
+    service_operation_chunk_items: int = Field(1000, ge=1)
     service_access_log: Literal["text", "json", "off"] = "text"
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True

@@ -18,6 +18,8 @@ ARM_ORDER = ("semantic", "keyword", "graph", "temporal")
 BOOST_DIVISORS = {"low": 2, "medium": 4, "high": 8}
 #: Stage-2 boost per level: (amplitude a, decay d) of ``a × d/(d + r − 1)``.
 RANK_BOOSTS = {"low": (0.05, 2), "medium": (0.2, 4), "high": (0.5, 8)}
+#: Parsed setting strings kept per parser: each bank may set its own, so the caches are bounded.
+PARSED_SETTINGS = 256
 #: Strategy names users write -> arm names.
 STRATEGIES = {"semantic": "semantic", "bm25": "keyword", "keyword": "keyword", "graph": "graph", "temporal": "temporal"}
 
@@ -58,9 +60,9 @@ def _weight(text: str) -> float | None:
     return weight if 0.0 <= weight < float("inf") else None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=PARSED_SETTINGS)
 def parse_boosts(raw: str, arms: tuple[str, ...] = ()) -> dict[str, str]:
-    """Parse ``RECALL_STRATEGY_BOOSTS`` (``arm[:level],…``); bad entries are logged once and ignored.
+    """Parse ``RECALL_STRATEGY_BOOSTS`` (``arm[:level],…``); bad entries are logged (once while cached) and ignored.
 
     :param raw: e.g. ``"graph:high, bm25"`` (a missing level means ``medium``).
     :param arms: the registered arms' names (third-party arms may be boosted too).
@@ -68,9 +70,9 @@ def parse_boosts(raw: str, arms: tuple[str, ...] = ()) -> dict[str, str]:
     return _parse_arm_values(raw, "RECALL_STRATEGY_BOOSTS", _level, "levels: low, medium, high", arms)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=PARSED_SETTINGS)
 def parse_weights(raw: str, arms: tuple[str, ...] = ()) -> dict[str, float]:
-    """Parse ``RECALL_RRF_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
+    """Parse ``RECALL_RRF_WEIGHTS`` (``arm:weight,…``); bad entries are logged (once while cached) and ignored.
 
     :param raw: e.g. ``"bm25:1.5, temporal:0.5"``; arms not named weigh 1.
     :param arms: the registered arms' names (third-party arms may be weighted too).
@@ -78,9 +80,9 @@ def parse_weights(raw: str, arms: tuple[str, ...] = ()) -> dict[str, float]:
     return _parse_arm_values(raw, "RECALL_RRF_WEIGHTS", _weight, "write arm:weight with a weight >= 0", arms)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=PARSED_SETTINGS)
 def parse_score_weights(raw: str, arms: tuple[str, ...] = ()) -> dict[str, float]:
-    """Parse ``RECALL_SCORE_WEIGHTS`` (``arm:weight,…``); bad entries are logged once and ignored.
+    """Parse ``RECALL_SCORE_WEIGHTS`` (``arm:weight,…``); bad entries are logged (once while cached) and ignored.
 
     :param raw: e.g. ``"keyword:1, semantic:0.5"``; arms not named weigh 1.
     :param arms: the registered arms' names (third-party arms may be weighted too).

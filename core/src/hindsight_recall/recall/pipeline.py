@@ -7,20 +7,22 @@ import contextlib
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BankNotFound
 from ..protocols import ArmStatement, RetrievalContext, Retriever
 from ..store import banks
-from ..time.window import resolve_window, warm_finder
-from ..types import ArmResult, Candidate, TimeWindow
+from ..time.window import warm_finder
+from ..types import ArmResult, Candidate
 from .arms._ann import AnnSettings
 from .arms._compose import composable, run_composed
+from .arms.semantic import semantic_floor
 from .complete import complete, incomplete
 from .context import apply_context
 from .filters import tag_filter
+from .floors import REFERENCE, Calibration, Calibrations, calibrated_settings, describe
 from .fusion import (
     add_rank_boosts,
     arm_lists,
@@ -31,11 +33,13 @@ from .fusion import (
     set_boosts,
 )
 from .packing import pack
+from .question import Question, read_question
 from .request import RecallRequest
 from .response import build_response, empty_response, fetch_chunks
 from .scoring import apply_floors, combined, proof_score, recency
 from .services import RecallServices
 from .trace import Trace
+from .weak import weak_candidates
 
 log = logging.getLogger(__name__)
 
@@ -50,27 +54,41 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     trace = Trace()
     trace.add("semaphore_wait", semaphore_wait)
     req = _cap_query(engine, req)
-    # The query vector takes the longest of anything before the arms; it is computed meanwhile.
-    embedding_task = asyncio.create_task(_embed(engine, req.query))
+    now = req.query_timestamp or datetime.now(UTC)
+    # The question is read once, before any arm starts; its vector (the longest step before the
+    # arms) and the model's floors are computed while the bank is looked up.
+    question_task = asyncio.ensure_future(_question(req, engine.settings, now))
+    embedding_task = asyncio.ensure_future(_embed_question(engine, question_task))
+    floors_task = asyncio.ensure_future(_calibration(engine))
     try:
-        return await _run(engine, req, trace, embedding_task)
+        return await _run(engine, req, trace, _Pending(question_task, embedding_task, floors_task), now)
     finally:
-        embedding_task.cancel()
+        for task in (question_task, embedding_task, floors_task):
+            task.cancel()
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """What a recall starts before it holds a connection."""
+
+    question: asyncio.Future[Question]
+    embedding: asyncio.Future[tuple[str, list[float]]]
+    floors: asyncio.Future[Calibration | None]
 
 
 async def _run(
-    engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]]
+    engine: RecallServices, req: RecallRequest, trace: Trace, pending: _Pending, now: datetime
 ) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         with trace.phase("backend_acquisition"):
             # held to the end of the recall and lent to whichever stage runs alone (see LimitedConnections)
             session = await stack.enter_async_context(engine.db.connect())
             state = await banks.bank_state(session, req.bank_id)
-        return await _recall(engine, req, trace, embedding_task, session, state)
+        return await _recall(engine, req, trace, pending, now, session, state)
 
 
 async def _recall(
-    engine: RecallServices, req: RecallRequest, trace: Trace, embedding_task: asyncio.Task[list[float]],
+    engine: RecallServices, req: RecallRequest, trace: Trace, pending: _Pending, now: datetime,
     session: Any, state: banks.BankState | None,
 ) -> dict[str, Any]:
     if state is None:
@@ -78,30 +96,33 @@ async def _recall(
     if not req.types:
         return empty_response(req, trace)
     config = engine.settings.for_bank(state.config)
+    with trace.phase("similarity_floors") as details:
+        calibration = await pending.floors
+        configured, config = config, calibrated_settings(config, REFERENCE, calibration)
+        details.update(describe(configured, config, calibration))
     limit = engine.budget_function(config).resolve(req.budget, req.max_tokens, config)
-    now = req.query_timestamp or datetime.now(UTC)
 
-    window_task = asyncio.ensure_future(_window(req, config, now))
+    with trace.phase("temporal_extraction") as details:
+        question = await pending.question
+        if config.enable_temporal_retrieval != engine.settings.enable_temporal_retrieval:  # the bank's own
+            question = await _question(req, config, now)
+        details.update(question.describe())
     ctx = RetrievalContext(
-        bank_id=req.bank_id, query=req.query, tokens=req.tokens, embedding=(), fact_types=req.types,
+        bank_id=req.bank_id, query=question.text, tokens=question.tokens, embedding=(), fact_types=req.types,
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
         db=engine.db.limited(config.recall_connection_budget, lend=session), text_search=engine.text_search, now=now,
-        window=None, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
+        window=question.window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
         indexed=state.indexed, ann_slot=state.ann_slot,
     )
     # arms that need neither the vector nor the window start now, while the query is embedded
     tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not arm.needs_embedding and arm.enabled(ctx)}
     try:
         with trace.phase("generate_query_embedding") as details:
-            embedding = await embedding_task
+            embedded, embedding = await pending.embedding
+            if embedded != question.embedded:  # read again with the bank's settings
+                embedding = await _embed(engine, question.embedded)
             details["overlapped_arms"] = list(tasks)
-        with trace.phase("temporal_extraction") as details:
-            window = await window_task
-            details["window"] = (
-                None if window is None else {"start": window.start.isoformat(), "end": window.end.isoformat()}
-            )
-            details["source"] = "request" if req.temporal_window else "query"
-        ctx = replace(ctx, embedding=embedding, window=window)
+        ctx = replace(ctx, embedding=embedding)
         late = [arm for arm in engine.retrievers if arm.needs_embedding and arm.enabled(ctx)]
         # arms that can be written as one statement go together (recall/arms/_compose.py)
         statements = {arm: st for arm in late if (st := arm.statement(ctx)) is not None} if len(late) > 1 else {}
@@ -117,7 +138,7 @@ async def _recall(
             details.update(_arm_counts(results))
             details["composed"] = [arm.name for arm in group] if len(group) > 1 else []
     finally:
-        for task in (window_task, *tasks.values()):
+        for task in tasks.values():
             task.cancel()
     trace.add("connection_wait", ctx.db.waited)
     for result in results:
@@ -168,6 +189,15 @@ async def _recall(
                 add_rank_boosts(candidates, boosts)
             candidates.sort(key=lambda c: -c.final)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
+    if not candidates and not req.min_scores and config.recall_weak_results:
+        with trace.phase("weak_results") as details:
+            candidates = await weak_candidates(ctx, config.recall_weak_results)
+            details.update(
+                reason="no memory reached a floor of any arm and no min_scores were given: the nearest "
+                       "memories that pass the filters are returned, scored 0.1 × similarity / floor",
+                semantic_floor=semantic_floor(ctx), admitted=len(candidates),
+                similarities=[round(c.semantic or 0.0, 4) for c in candidates],
+            )
 
     with trace.phase("prefer_observations_dedup"):
         candidates = _prefer_observations(req, candidates, 2 * limit)
@@ -190,25 +220,35 @@ async def _recall(
             details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
     return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
-                                window=window, lists=lists, ranked=candidates, db=ctx.db)
+                                window=question.window, lists=lists, ranked=candidates, db=ctx.db)
 
 
-async def _window(req: RecallRequest, config: Any, now: datetime) -> TimeWindow | None:
-    """The request's window, else one read from the query, off the event loop."""
-    if not config.enable_temporal_retrieval:
-        return None
-    if req.temporal_window is not None:
-        return req.temporal_window
+async def _question(req: RecallRequest, config: Any, now: datetime) -> Question:
+    """The question read once (its window and the text the arms search), off the event loop."""
+    if not config.enable_temporal_retrieval or req.temporal_window is not None:
+        return read_question(req, now, config.enable_temporal_retrieval, None)
     languages = [x.strip() for x in config.query_analyzer_languages.split(",") if x.strip()] or None
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_date_worker(), _resolve, req.query, now, languages)
+    return await loop.run_in_executor(_date_worker(), read_question, req, now, True, languages)
 
 
-def _resolve(query: str, now: datetime, languages: list[str] | None) -> TimeWindow | None:
+async def _embed_question(engine: RecallServices, question: asyncio.Future[Question]) -> tuple[str, list[float]]:
+    text = (await question).embedded
+    return text, await _embed(engine, text)
+
+
+#: one calibration per embedding model, for the life of the process
+_CALIBRATIONS = Calibrations()
+
+
+async def _calibration(engine: RecallServices) -> Calibration | None:
+    """The configured model's floors calibration; none (the floors as written) if it cannot be had."""
+    if not engine.settings.semantic_floor_calibration:
+        return None
     try:
-        return resolve_window(query, now, languages=languages)
-    except Exception:  # date analysis is best effort: no window rather than a failed recall
-        log.exception("date analysis failed for a query; continuing without a window")
+        return await _CALIBRATIONS.get(engine.embedder, engine.settings)
+    except Exception:  # the floors as configured rather than a failed recall
+        log.exception("the embedding model could not be calibrated; using the floors as configured")
         return None
 
 

@@ -1,10 +1,11 @@
-"""Rows that go with retained memories: stable ids, reference checks, entities and chunks."""
+"""Rows that go with retained memories: stable ids, reference checks, entities, chunks and documents."""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 from sqlalchemy import text
@@ -12,6 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RetainError
 from ..store._bincopy import bank_column, copy_columns, driver_connection
+from ..store.chunks import escape_part
+from ..store.schema import of_document
 from ..types import Memory
 
 _NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
@@ -105,12 +108,15 @@ async def write_entities(
 MAX_CHUNK_ID_BYTES = 512
 
 
-def short_key(chunk_id: str) -> str:
-    """``chunk_id`` itself, or ``sha256:<hex>`` of it when it is over :data:`MAX_CHUNK_ID_BYTES`
-    (a built id always holds ``_``, a digest id never after its prefix: the two cannot meet)."""
+def short_key(chunk_id: str, bank_id: str | None = None) -> str:
+    """``chunk_id`` itself, or its digest when it is over :data:`MAX_CHUNK_ID_BYTES`: ``{bank}_sha256:<hex>``
+    (the escaped bank first, so the id still names its bank) or, for a bank id too long for that,
+    ``sha256:<hex>``. A built id ends in ``_`` and digits, a digest id in hex after ``sha256:``: they cannot meet."""
     if len(chunk_id.encode("utf-8")) <= MAX_CHUNK_ID_BYTES:
         return chunk_id
-    return "sha256:" + hashlib.sha256(chunk_id.encode("utf-8")).hexdigest()
+    digest = "sha256:" + hashlib.sha256(chunk_id.encode("utf-8")).hexdigest()
+    named = f"{escape_part(bank_id)}_{digest}" if bank_id is not None else digest
+    return named if len(named.encode("utf-8")) <= MAX_CHUNK_ID_BYTES else digest
 
 
 async def write_chunks(
@@ -118,10 +124,12 @@ async def write_chunks(
 ) -> list[str | None]:
     """Store each distinct source chunk once; return every memory's chunk id.
 
-    Ids are ``{bank}_{doc}_{index}`` (the index has no ``_``, so the id names one document of the bank)
-    or ``{bank}__{digest}`` for a chunk without a document, which no document id can produce; a longer
-    id than :data:`MAX_CHUNK_ID_BYTES` becomes its digest (:func:`short_key`). They are unique within
-    their bank; the table's key is (bank, id), so no bank can replace another's chunk.
+    Ids are ``{bank}_{doc}_{index}`` as upstream Hindsight forms them, with ``_`` and ``~`` escaped in
+    the bank and document ids (:func:`escape_part`), so one id names one (bank, document, index) and a
+    chunk id read without its bank (``GET /v1/default/chunks/{id}``) finds one bank's chunk; a chunk
+    without a document is ``{bank}__{digest}``, which no document id can produce; a longer id than
+    :data:`MAX_CHUNK_ID_BYTES` becomes its digest (:func:`short_key`). The table's key is (bank, id),
+    so no bank can replace another's chunk. Ids stored before escaping keep theirs.
     """
     docs = sorted({m.document_id for m in memories if m.chunk and m.document_id})
     known: dict[tuple[str, str], str] = {}
@@ -147,7 +155,9 @@ async def write_chunks(
         if chunk_id is None:
             index = next_index.get(doc_key, 0) if m.document_id else 0
             next_index[doc_key] = index + 1
-            chunk_id = short_key(f"{bank_id}_{doc_key}_{index}" if m.document_id else f"{bank_id}__{digest}")
+            bank = escape_part(bank_id)
+            chunk_id = short_key(f"{bank}_{escape_part(doc_key)}_{index}" if m.document_id else f"{bank}__{digest}",
+                                 bank_id)
             known[(doc_key, digest)] = chunk_id
             new[chunk_id] = (m.document_id, index, m.chunk)
         out.append(chunk_id)
@@ -163,3 +173,28 @@ async def write_chunks(
              "idx": [v[1] for v in new.values()], "texts": [v[2] for v in new.values()]},
         )
     return out
+
+
+async def write_documents(conn: AsyncConnection, bank_id: str, memories: Sequence[Memory], *, fresh: bool) -> None:
+    """Date the documents the memories belong to (created once, updated at every write), and drop the
+    chunks of those documents that no memory uses any more (the old texts of a re-sent document).
+
+    Runs after the memories are written; a memory a caller removes next keeps its chunk until then.
+    """
+    docs = sorted({m.document_id for m in memories if m.document_id})
+    if not docs:
+        return
+    # the time goes in with the row: Citus runs no function in an upsert's SET on the workers
+    await conn.execute(text(
+        "INSERT INTO documents (bank_id, document_id, created_at, updated_at) "
+        "SELECT :bank, d, :now, :now FROM unnest(CAST(:docs AS text[])) AS d "
+        "ON CONFLICT (bank_id, document_id) DO UPDATE SET updated_at = excluded.updated_at"
+    ), {"bank": bank_id, "docs": docs, "now": datetime.now(UTC)})
+    if fresh:
+        return
+    # the documents' memories are read once (not once per chunk): a hashed anti-join
+    await conn.execute(text(
+        "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.document_id = ANY(:docs) AND NOT EXISTS "
+        f"(SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'ANY(:docs)')} "
+        "AND u.chunk_id = c.chunk_id)"
+    ), {"bank": bank_id, "docs": docs})

@@ -31,11 +31,12 @@ from ..store import ann, banks, term_stats
 from ..store._bincopy import driver_connection
 from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
+from ..store.vector_types import register_vector
 from ..textsearch import backend_parameters
 from ..tokens import TokenCounter
 from ..types import Memory
 from ._embed import embed_passages
-from ._rows import check_references, write_chunks, write_entities
+from ._rows import check_references, write_chunks, write_documents, write_entities
 from ._rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
 from ._rows import unit_id as unit_id
 from .links import (
@@ -287,6 +288,7 @@ class Ingestor:
             await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, fresh=created,
                                     where=where)
             await write_entities(conn, bank_id, ids, memories, fresh=created)
+            await write_documents(conn, bank_id, memories, fresh=created)
             t2 = time.perf_counter()
             stats.load_seconds += t2 - t0
             if pending is not None:
@@ -341,10 +343,8 @@ class Ingestor:
         Rows are written in id order: the primary key then fills page by page, and the entity pairs'
         foreign-key checks (also sent in id order) read the table in order.
         """
-        from pgvector.psycopg import register_vector_async  # late: only retain writes vectors
-
         raw = await driver_connection(conn)
-        await register_vector_async(raw)
+        await register_vector(raw)
         await conn.execute(text(
             f"CREATE TEMP TABLE IF NOT EXISTS retain_stage ({_STAGE_COLUMNS}) ON COMMIT DELETE ROWS"
         ))

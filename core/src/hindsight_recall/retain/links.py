@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..store import ann
 from ..store._bincopy import bank_column, copy_columns, driver_connection
+from ..store.vector_types import register_vector
 from ._knn import neighbours
 
 Link = tuple[uuid.UUID, uuid.UUID, str, float]
@@ -138,10 +139,8 @@ async def semantic_links(
         where = await ann.placement(conn, bank_id)
         if await ann.searchable(conn, where):
             return await _semantic_by_index(conn, bank_id, ids, floor, where.predicate("m"))
-    from pgvector.psycopg import register_vector_async  # late: only retain reads vectors back
-
     raw = await driver_connection(conn)
-    await register_vector_async(raw)  # vectors arrive as numpy arrays in binary, not text to parse
+    await register_vector(raw)  # vectors arrive as numpy arrays in binary, not text to parse
     cursor = raw.cursor(binary=True)
     await cursor.execute(
         "SELECT id, embedding FROM memory_units WHERE bank_id = %s AND embedding IS NOT NULL", (bank_id,)

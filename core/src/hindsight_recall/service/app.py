@@ -28,6 +28,7 @@ from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
 from .routes import api_routes
+from .worker import Worker
 
 log = logging.getLogger("hindsight_recall.service")
 
@@ -57,7 +58,8 @@ async def live(request: Request) -> Response:
 async def version_info(request: Request) -> Response:
     return JSONResponse({
         "api_version": UPSTREAM_API_VERSION,
-        "features": {"observations": False, "mcp": request.app.state.mcp, "worker": False, "bank_config_api": True,
+        "features": {"observations": False, "mcp": request.app.state.mcp,
+                     "worker": request.app.state.worker.slots > 0, "bank_config_api": True,
                      "bank_llm_health": False, "file_upload_api": False, "document_export_api": False,
                      "document_import_api": False, "audit_log": False, "llm_trace": False,
                      "store_document_text": True},
@@ -110,9 +112,12 @@ def create_app(settings: Settings | None = None) -> Any:
     mcp = mcp_app(engine, host=settings.host, max_request_bytes=settings.service_max_body_bytes, aliases=resolver)
     routes += [Route("/mcp", mcp), Route("/mcp/", mcp), Route("/mcp/{bank_id}/", mcp)]
 
+    worker = Worker(engine)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         loading = asyncio.create_task(_load(engine, state))
+        working = asyncio.create_task(_work(loading, state, worker))
         # Starlette runs no lifespan of a routed app: the MCP session manager runs in this one (the
         # guard keeps /mcp answering 503 until the engine is open)
         async with mcp.running():
@@ -120,6 +125,10 @@ def create_app(settings: Settings | None = None) -> Any:
                 yield
             finally:
                 state.ready = False
+                working.cancel()
+                with contextlib.suppress(BaseException):
+                    await working
+                await worker.stop()
                 if not loading.done():
                     loading.cancel()
                 with contextlib.suppress(BaseException):
@@ -130,9 +139,17 @@ def create_app(settings: Settings | None = None) -> Any:
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, state, service_metrics
+    app.state.worker = worker
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
     return Guard(AliasRouting(app, resolver), settings, state, service_metrics)
+
+
+async def _work(loading: asyncio.Task[None], state: ServiceState, worker: Worker) -> None:
+    """Run the queue worker once the engine is open and warm (never when it failed to start)."""
+    await loading
+    if state.ready:
+        await worker.run()
 
 
 async def _load(engine: Engine, state: ServiceState) -> None:

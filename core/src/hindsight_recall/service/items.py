@@ -72,6 +72,47 @@ def documents(body: RetainBody) -> dict[str, list[int]]:
     return out
 
 
+def placements(
+    bank_id: str, body: RetainBody, existing: Mapping[str, Sequence[str]]
+) -> tuple[list[tuple[int, str, int]], list[str]]:
+    """Where each memory goes, in the order they are stored: (item index, document id, place), and the
+    ids of older memories that a replaced document no longer has (see :func:`build_memories`)."""
+    where: list[tuple[int, str, int]] = []
+    stale: list[str] = []
+    for document_id, indexes in documents(body).items():
+        old = list(existing.get(document_id, ()))
+        append = any(body.items[i].update_mode == "append" for i in indexes)
+        placed = list(enumerate(indexes, start=len(old) if append else 0))
+        where.extend((index, document_id, place) for place, index in placed)
+        if not append and old:
+            new_ids = {memory_id(bank_id, document_id, place) for place, _ in placed}
+            stale.extend(i for i in old if i not in new_ids)
+    return where, stale
+
+
+def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, place: int, now: datetime) -> Memory:
+    """The memory of item ``index``, the ``place``-th of its document."""
+    item = body.items[index]
+    when = _date(item, index, now)
+    extra_tags = [t for t in (body.document_tags or []) if t]
+    content = item_text(item, index)
+    fields: dict[str, Any] = dict(
+        # the item is the memory's source chunk too, as upstream keeps a document's text in chunks
+        id=memory_id(bank_id, document_id, place), text=content, chunk=content, type="world", occurred_start=when,
+        occurred_end=when, mentioned_at=when, context=item.context, document_id=document_id,
+        metadata=dict(item.metadata or {}),
+        tags=tuple(dict.fromkeys(t.strip() for t in [*(item.tags or []), *extra_tags] if t.strip())),
+        entities=tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip())),
+        position=place,
+    )
+    if not fields["text"].strip():
+        raise RetainError(None, f"items.{index}.content", "must not be empty")
+    try:
+        return Memory(**fields)
+    except RetainError as exc:
+        raise RetainError(None, f"items.{index}.{exc.field}", exc.why) from None
+
+
 def build_memories(
     bank_id: str, body: RetainBody, existing: Mapping[str, Sequence[str]], now: datetime | None = None
 ) -> tuple[list[Memory], list[str]]:
@@ -83,31 +124,5 @@ def build_memories(
     :param now: the time an item without a timestamp gets.
     """
     now = now or datetime.now(UTC)
-    extra_tags = [t for t in (body.document_tags or []) if t]
-    memories: list[Memory] = []
-    stale: list[str] = []
-    for document_id, indexes in documents(body).items():
-        old = list(existing.get(document_id, ()))
-        append = any(body.items[i].update_mode == "append" for i in indexes)
-        start = len(old) if append else 0
-        new_ids = []
-        for place, index in enumerate(indexes, start=start):
-            item = body.items[index]
-            when = _date(item, index, now)
-            new_ids.append(memory_id(bank_id, document_id, place))
-            fields: dict[str, Any] = dict(
-                id=new_ids[-1], text=item_text(item, index), type="world", occurred_start=when, occurred_end=when,
-                mentioned_at=when, context=item.context, document_id=document_id, metadata=dict(item.metadata or {}),
-                tags=tuple(dict.fromkeys(t.strip() for t in [*(item.tags or []), *extra_tags] if t.strip())),
-                entities=tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip())),
-                position=place,
-            )
-            if not fields["text"].strip():
-                raise RetainError(None, f"items.{index}.content", "must not be empty")
-            try:
-                memories.append(Memory(**fields))
-            except RetainError as exc:
-                raise RetainError(None, f"items.{index}.{exc.field}", exc.why) from None
-        if not append:
-            stale.extend(i for i in old if i not in set(new_ids))
-    return memories, stale
+    where, stale = placements(bank_id, body, existing)
+    return [build_memory(bank_id, body, index, document_id, place, now) for index, document_id, place in where], stale

@@ -18,6 +18,7 @@ from ..recall.trace import phase_sink
 from ..retain.memories import parse_datetime, parse_memory
 from ..store import banks, invalidated, listing, memory_edit
 from ..types import FACT_TYPES, Memory, TagsMatch
+from . import async_retain
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
 from .errors import ServiceError
 from .items import build_memories, check_supported
@@ -30,11 +31,15 @@ UNLIMITED = 2**31 - 1
 
 @endpoint
 async def retain(request: Request) -> Response:
-    """Store the items verbatim, all or nothing; a re-sent document replaces its memories."""
+    """Store the items verbatim, all or nothing; a re-sent document replaces its memories. With
+    ``async: true`` the retain is queued as an operation and the answer carries its id."""
     bank_id = bank_of(request)
     body: RetainBody = await body_of(request, RetainBody)
     check_supported(body)
     engine = engine_of(request)
+    if body.async_:
+        return await async_retain.submit(request, engine, bank_id, body)
+    async_retain.check_sync_size(body, engine.settings)
     named = {item.document_id for item in body.items if item.document_id}
     existing: dict[str, list[str]] = {}
     if named:

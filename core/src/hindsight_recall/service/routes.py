@@ -8,7 +8,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from . import aliases, banks, memories, reflect, transfer, unserved
+from . import aliases, banks, documents, entities, graph, memories, operations, reflect, transfer, unserved
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import ServiceState
@@ -23,7 +23,9 @@ BANKS_PATH = "/v1/default/banks/{bank_id}"
 def api_routes() -> list[Route]:
     """Every resource family's routes, in matching order; the 501 answers last, so a served route wins."""
     return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *aliases.routes(BANKS_PATH),
-            *transfer.routes(BANKS_PATH), *reflect.routes(BANKS_PATH), *unserved.routes()]
+            *transfer.routes(BANKS_PATH), *reflect.routes(BANKS_PATH), *documents.routes(BANKS_PATH),
+            *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
+            *unserved.routes()]
 
 
 def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRouting:

@@ -18,6 +18,7 @@ from ..protocols import TextSearchBackend
 from ..settings import BankSettings
 from ..types import Placement
 from . import term_stats
+from .schema import of_document
 
 MAX_BANK_ID = 256
 
@@ -191,14 +192,14 @@ async def set_bank_profile(conn: AsyncConnection, bank_id: str, changes: Mapping
 async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     """Remove a bank with everything in it (rows only: no DDL); False if it did not exist."""
     # Locking the bank row first waits for retains in flight (they hold a key-share lock on it), so
-    # no link can be written after its memories' links are deleted. Links and observation sources
-    # carry no foreign keys.
+    # no link can be written after its memories' links are deleted. Links, observation sources and
+    # queued operations carry no foreign keys.
     internal_id = await conn.scalar(
         text("SELECT internal_id FROM banks WHERE bank_id = :bank FOR UPDATE"), {"bank": bank_id}
     )
     if internal_id is None:
         return False
-    for table in ("memory_links", "observation_sources"):
+    for table in ("memory_links", "observation_sources", "operations"):
         await conn.execute(text(f"DELETE FROM {table} WHERE bank_id = :bank"), {"bank": bank_id})
     # its aliases go with it (by cascade); every process's alias map is told at commit
     if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM bank_aliases WHERE bank_id = :bank)"), {"bank": bank_id}):
@@ -244,8 +245,8 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
                  backend: TextSearchBackend | None = None) -> int:
     """Remove a bank's memories by caller id with their links, entity pairs and observation sources.
 
-    Chunks and entities no other memory of the bank uses go too; observations citing a removed
-    memory lose it from their sources. Returns how many memories were removed.
+    Chunks, entities and documents no other memory of the bank uses go too; observations citing a
+    removed memory lose it from their sources. Returns how many memories were removed.
 
     :param backend: the text-search backend, whose term statistics (if it keeps them) lose the memories.
     """
@@ -273,9 +274,14 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
     ):
         await conn.execute(text(statement), params)
     await term_stats.count_out(conn, backend, bank_id, ids)
-    chunk_ids = [c for c in (await conn.execute(text(
-        "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id"
-    ), params)).scalars() if c]
+    removed = (await conn.execute(text(
+        "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id, document_id"
+    ), params)).all()
+    chunk_ids = [r.chunk_id for r in removed if r.chunk_id]
+    await conn.execute(text(  # a document is its memories: without any, it is gone
+        f"DELETE FROM documents d WHERE d.bank_id = :bank AND d.document_id = ANY(:docs) AND NOT EXISTS "
+        f"(SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'd.document_id')})"
+    ), {"bank": bank_id, "docs": sorted({r.document_id for r in removed if r.document_id})})
     await conn.execute(text(
         "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.chunk_id = ANY(:chunks) "
         "AND NOT EXISTS (SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND u.chunk_id = c.chunk_id)"

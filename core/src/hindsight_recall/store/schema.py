@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
-from . import term_stats
+from . import operations, term_stats
 from .citus import distribute, has_citus, key_by_bank
 
 if TYPE_CHECKING:
@@ -220,6 +220,16 @@ async def _v8_rows(upgrade: Upgrade) -> None:
 
 #: A memory's document for position and context: its document id, else its chunk.
 DOCUMENT_KEY = "coalesce(document_id, chunk_id)"
+
+
+def of_document(alias: str, document: str) -> str:
+    """SQL: the memories ``alias`` of the document ``document`` (the right side of ``=``: a column, a
+    parameter or ``ANY(:param)``), as the document position index serves them (every memory with a
+    document has a place in it)."""
+    return (f"coalesce({alias}.document_id, {alias}.chunk_id) = {document} AND {alias}.document_id = {document} "
+            f"AND {alias}.position IS NOT NULL")
+
+
 #: The span a memory occurred over, as one range (a single date is a point); NULL without either date.
 #: Retain guarantees start <= end; least/greatest keep a bad old row from failing the index.
 OCCURRED_RANGE = (
@@ -299,6 +309,38 @@ def _v12(dimensions: int) -> list[str]:
     ]
 
 
+def _v13(dimensions: int) -> list[str]:
+    # The queue of async operations (see store/operations.py): a new table, nothing rewritten.
+    return operations.table_statements()
+
+
+def _v14(dimensions: int) -> list[str]:
+    # A document is its memories (text, tags, counts are read from them), but when it arrived and when
+    # it last changed are its own: a row per document keeps those, and lists documents newest first
+    # without reading every memory. Chunks get their creation time (nullable, no rewrite).
+    return [
+        """CREATE TABLE IF NOT EXISTS documents (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            document_id text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (bank_id, document_id))""",
+        "CREATE INDEX IF NOT EXISTS idx_documents_updated ON documents (bank_id, updated_at DESC, document_id)",
+        "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS created_at timestamptz",
+        "ALTER TABLE chunks ALTER COLUMN created_at SET DEFAULT now()",
+    ]
+
+
+async def _v14_rows(upgrade: Upgrade) -> None:
+    # every document the memories name gets its row, dated by its memories (idempotent)
+    await upgrade.execute(
+        "INSERT INTO documents (bank_id, document_id, created_at, updated_at) "
+        "SELECT bank_id, document_id, min(created_at), max(updated_at) FROM memory_units "
+        "WHERE document_id IS NOT NULL GROUP BY bank_id, document_id ON CONFLICT DO NOTHING"
+    )
+    await upgrade.create_indexes({"idx_chunks_document": "chunks (bank_id, document_id, chunk_index)"})
+
+
 def _v15(dimensions: int) -> list[str]:
     # Bank aliases: extra ids that reach a bank (routing only; no row is stored under an alias). An
     # alias is unique across banks; the key holds the bank so the table can be distributed by it, and
@@ -350,8 +392,8 @@ def _v16(dimensions: int) -> list[str]:
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12,
-    15: _v15, 16: _v16,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
+    14: _v14, 15: _v15, 16: _v16,
 }
 
 
@@ -367,7 +409,7 @@ DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _
 #: row rewrites in batches, indexes built concurrently, so recalls and retains go on meanwhile. Each
 #: step is idempotent: an upgrade stopped half-way resumes at the next start.
 ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {
-    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill,
+    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill, 14: _v14_rows,
 }
 
 

@@ -60,3 +60,52 @@ class ServerThread:
         """Shut down as on SIGTERM: requests in flight finish, then the engine closes."""
         self.server.should_exit = True
         self.thread.join(timeout=60)
+
+
+class ServeProcess:
+    """``hindsight-recall serve`` as a process of its own (killable, as in production).
+
+    :param env: the process's environment (``HINDSIGHT_API_*`` settings); its port is chosen here.
+    :param log: a file the process's output goes to.
+    """
+
+    def __init__(self, env: dict[str, str], log: Any) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**env, "HINDSIGHT_API_PORT": str(self.port), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.log = log
+        self.process: Any = None
+
+    def start(self, timeout: float = 600) -> ServeProcess:
+        """Start and wait until ``/health/ready`` answers 200."""
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen([sys.executable, "-m", "hindsight_recall.cli", "serve"], env=self.env,
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("serve was not ready in time")
+
+    def stop(self, sig: int | None = None, timeout: float = 60) -> float:
+        """Send ``sig`` (SIGTERM by default) and return the seconds until the process exited."""
+        import signal
+
+        if self.process is None or self.process.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM if sig is None else sig)
+        try:
+            self.process.wait(timeout=timeout)
+        except Exception:
+            self.process.kill()
+            self.process.wait()
+        return time.monotonic() - started

@@ -152,6 +152,12 @@ class Rule:
 
     pattern: re.Pattern[str]
     resolve: Callable[[re.Match[str], Ctx], Span | None]
+    #: where the expression ends, for rules whose match is only its opening word ("since", "between")
+    extent: Callable[[re.Match[str], Ctx], int] | None = None
+
+    def end(self, m: re.Match[str], ctx: Ctx) -> int:
+        """Where the expression of a resolved match ends in the text."""
+        return self.extent(m, ctx) if self.extent else m.end()
 
 
 _MONTH = alt(MONTHS.values())
@@ -267,6 +273,28 @@ def _few_ago_rule(lang: Lang) -> Rule:
     return Rule(re.compile(rf"\b{pattern}\b"), resolve)
 
 
+def _counted_ago_rule(lang: Lang) -> Rule:
+    """"3 days ago" is that day; "two weeks ago", "5 months ago" and "4 years ago" are the calendar
+    week, month and year that held the day that many units back (as the Chinese "N周前")."""
+    number = rf"(?P<n>\d{{1,3}}|{'|'.join(EN_NUMBERS)})"
+    pattern = lang.ago.format(q=number, u=f"(?P<u>{alt(lang.counted.values())})")
+
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        n = int(m["n"]) if m["n"].isdigit() else EN_NUMBERS[m["n"]]
+        unit = classify(m["u"], lang.counted)
+        if unit == "day":
+            day = ctx.today - timedelta(days=n)
+            return day, day
+        if unit == "week":
+            return week_span(ctx.today - timedelta(weeks=n))
+        year, month = add_months(ctx.today.year, ctx.today.month, -n * (12 if unit == "year" else 1))
+        if year < 1:
+            return None
+        return month_span(year, month) if unit == "month" else year_span(year)
+
+    return Rule(re.compile(rf"\b{pattern}\b"), resolve)
+
+
 def _rolling_rule(lang: Lang) -> Rule:
     pattern = lang.rolling.format(n=rf"(?P<n>\d{{1,3}}|{'|'.join(EN_NUMBERS)})",
                                   u=f"(?P<u>{alt(lang.counted.values())})")
@@ -335,21 +363,42 @@ def _range_rule(lang: Lang) -> Rule:
             span = start, ctx.today if start <= ctx.today else date(ctx.today.year + FUTURE_YEARS, 12, 31)
         return span if span[0] <= span[1] else None
 
-    return Rule(re.compile(rf"\b(?P<kind>{alt(lang.ranges.values())})\s+"), resolve)
+    def extent(m: re.Match[str], ctx: Ctx) -> int:
+        anchor = match_anchor(m.string, m.end(), ctx)
+        return anchor[1] if anchor else m.end()
+
+    return Rule(re.compile(rf"\b(?P<kind>{alt(lang.ranges.values())})\s+"), resolve, extent)
 
 
 def _between_rule(opener: str, joiner: str) -> Rule:
     join = re.compile(rf"\s*(?:-|–|\s(?:{joiner}))\s+")
 
-    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+    def both(m: re.Match[str], ctx: Ctx) -> tuple[Span, int] | None:
         first = match_anchor(m.string, m.end(), ctx)
         glue = join.match(m.string, first[1]) if first else None
         second = match_anchor(m.string, glue.end(), ctx) if first and glue else None
-        if first is None or second is None or first[0][0] > second[0][1]:
+        if first is None or second is None or glue is None:
             return None
-        return first[0][0], second[0][1]
+        start = first[0][0]
+        bare = _BARE_MONTH.fullmatch(m.string, m.end(), glue.start())
+        if bare:
+            # "between March and May 2023": the first month is the latest one up to the second's end
+            end = second[0][1]
+            month = _month_no(bare["mon"])
+            start = date(end.year if month <= end.month else end.year - 1, month, 1)
+        if start > second[0][1]:
+            return None
+        return (start, second[0][1]), second[1]
 
-    return Rule(re.compile(rf"\b(?:{opener})\s+"), resolve)
+    def resolve(m: re.Match[str], ctx: Ctx) -> Span | None:
+        found = both(m, ctx)
+        return found[0] if found else None
+
+    def extent(m: re.Match[str], ctx: Ctx) -> int:
+        found = both(m, ctx)
+        return found[1] if found else m.end()
+
+    return Rule(re.compile(rf"\b(?:{opener})\s+"), resolve, extent)
 
 
 _YEAR_WORDS = (r"in|during|throughout|within|year|en|durante|a[ñn]o|nel|nell['’]anno|anno|pendant|durant"
@@ -397,11 +446,13 @@ FULL_DATES = tuple(Rule(re.compile(_pad(p, *_DATE_GROUPS)), _full_date) for p in
 DAY_DATES = tuple(Rule(re.compile(rf"\b{rule.pattern.pattern}"), _full_date) for rule in FULL_DATES)
 #: What may follow "before", "since", "between … and …".
 ANCHORS: tuple[Rule, ...] = (
+    *(_counted_ago_rule(lang) for lang in LANGS.values()),
     PART_RULE, *QUARTER_HALF, *_SEASONS, DAY_RULE, *_RELATIVES, *FULL_DATES,
     MONTH_YEAR,
     Rule(re.compile(rf"(?P<mon>{_MONTH})\b"), _bare_month),
     Rule(re.compile(rf"(?P<y>\d{{4}}){_YEAR_TAIL}"), _year),
 )
+_BARE_MONTH = re.compile(rf"(?:{ART})?(?P<mon>{_MONTH})\.?\s*")
 _ANCHOR_ARTICLE = re.compile(rf"(?:{ART})?")
 
 RULES: tuple[Rule, ...] = (
@@ -410,6 +461,7 @@ RULES: tuple[Rule, ...] = (
     *QUARTER_HALF, PART_RULE, *_SEASONS,
     *(_rolling_rule(lang) for lang in LANGS.values()), DAY_RULE,
     *(_few_ago_rule(lang) for lang in LANGS.values()),
+    *(_counted_ago_rule(lang) for lang in LANGS.values()),
     *_RELATIVES, *DAY_DATES, MONTH_YEAR, YEAR_CONTEXT, PREP_MONTH,
 )
 
@@ -438,9 +490,20 @@ def find_span(text: str, ctx: Ctx, rules: Iterable[Rule] = RULES) -> Span | None
     :param ctx: the resolution context.
     :param rules: the rules to try, in order.
     """
+    found = find_expression(text, ctx, rules)
+    return found[0] if found else None
+
+
+def find_expression(text: str, ctx: Ctx, rules: Iterable[Rule] = RULES) -> tuple[Span, int, int] | None:
+    """As :func:`find_span`, with where the winning expression starts and ends in ``text``.
+
+    :param text: the normalised query.
+    :param ctx: the resolution context.
+    :param rules: the rules to try, in order.
+    """
     for rule in rules:
         for m in rule.pattern.finditer(text):
             span = rule.resolve(m, ctx)
             if span is not None:
-                return span
+                return span, m.start(), rule.end(m, ctx)
     return None

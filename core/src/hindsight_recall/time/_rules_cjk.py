@@ -17,6 +17,7 @@ from ._rules import (
     Rule,
     Span,
     add_months,
+    find_expression,
     find_span,
     in_year_range,
     latest_month,
@@ -210,3 +211,8 @@ def find_cjk_span(text: str, ctx: Ctx) -> Span | None:
     :param ctx: the resolution context.
     """
     return find_span(text, ctx, RULES)
+
+
+def find_cjk_expression(text: str, ctx: Ctx) -> tuple[Span, int, int] | None:
+    """As :func:`find_cjk_span`, with where the expression starts and ends in ``text``."""
+    return find_expression(text, ctx, RULES)

@@ -171,7 +171,7 @@ ART = r"(?:the|el|la|le|il|lo|der|die|das|dem|den)\s+|l['’]\s*"
 #: Words that are also everyday English; they only count next to a date-ish word.
 AMBIGUOUS = frozenset({"may", "march", "mar", "mars", "sat", "sun", "wed", "fall"})
 #: Words before an ambiguous word that make it a date ("in may", "last fall").
-CONTEXT = r"in|on|of|during|since|until|by|before|after|last|next|this|early|mid|late|end|every"
+CONTEXT = r"in|on|of|during|since|until|by|before|after|between|last|next|this|early|mid|late|end|every"
 #: Date words that mean something else when the query has one of these words: the German "hier"
 #: is "here", not the French "yesterday".
 FALSE_FRIENDS: Mapping[str, str] = {"hier": r"ist|sind|wir|ich|und|das|der|nicht|haben|habe|wo|wer|bin|hat"}

@@ -41,11 +41,12 @@ import logging
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 
 from ..types import TimeWindow
-from ._rules import Ctx, Span, alt, false_friend, find_span
-from ._rules_cjk import find_cjk_span
+from ._rules import Ctx, Span, alt, false_friend, find_expression
+from ._rules_cjk import find_cjk_expression
 from ._words import (
     AMBIGUOUS,
     CONTEXT,
@@ -58,7 +59,8 @@ from ._words import (
     WEEKDAYS,
 )
 
-__all__ = ["MAX_FINDER_CHARS", "MAX_QUERY_CHARS", "resolve_window", "score_match", "warm_finder"]
+__all__ = ["MAX_FINDER_CHARS", "MAX_QUERY_CHARS", "Reading", "read_window", "resolve_window", "score_match",
+           "warm_finder"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,9 @@ _AFTER_CONTEXT = re.compile(rf"\b(?:{CONTEXT})\s+$")
 # The gate lets "in the fall" through to the season rule; a scored "in the sun" is no Sunday.
 _GATE_CONTEXT = re.compile(rf"\b(?:{CONTEXT})\s+(?:the\s+)?$")
 _THEN_DIGIT = re.compile(r"\.?,?\s*\d")
+_LEADING_PREP = re.compile(r"\b(?:in|on|at|during|throughout|over|of|for)(?:\s+the)?\s*$", re.IGNORECASE)
+_SPACE_BEFORE_PUNCT = re.compile(r"\s+([?!.,;:])")
+_WORD = re.compile(r"\w")
 _MONTH_WORDS = re.compile(rf"\b(?:{alt(MONTHS.values())})\b")
 #: Finder scoring: points per kind of word in a match.
 _SCORES: tuple[tuple[re.Pattern[str], int], ...] = (
@@ -87,6 +92,18 @@ _GATE = re.compile(r"\d|\b(?:" + alt((
     *MONTHS.values(), WEEKDAYS, NOW_WORDS, PERIOD_WORDS, *DAY_WORDS.values(), *PERIOD_KINDS.values(),
     *(w for lang in LANGS.values() for w in (lang.last, lang.this, lang.next, *lang.seasons.values())),
 )) + r")\b")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a query says about time: the window, the words that said it, and the rest of the query."""
+
+    window: TimeWindow
+    #: the date expression as it stands in the query
+    phrase: str
+    #: the query without the date expression (and a preposition just before it); the query itself
+    #: when nothing but the date would be left
+    rest: str
 
 
 def resolve_window(
@@ -103,23 +120,54 @@ def resolve_window(
     :param languages: dateparser language codes the date finder may use; ``None`` allows all.
     :param southern_hemisphere: flip the seasons by six months.
     """
+    reading = read_window(query, reference, languages=languages, southern_hemisphere=southern_hemisphere)
+    return reading.window if reading else None
+
+
+def read_window(
+    query: str,
+    reference: datetime,
+    *,
+    languages: Sequence[str] | None = None,
+    southern_hemisphere: bool = False,
+) -> Reading | None:
+    """Read a query's date expression once: its window and the query without it.
+
+    The parameters are those of :func:`resolve_window`.
+    """
     try:
         ref = reference.replace(tzinfo=UTC) if reference.tzinfo is None else reference.astimezone(UTC)
-        text = unicodedata.normalize("NFKC", _UNSAFE.sub(" ", query[:MAX_QUERY_CHARS]))
+        head = query[:MAX_QUERY_CHARS]
+        text = unicodedata.normalize("NFKC", _UNSAFE.sub(" ", head))
         text = _UNSAFE.sub(" ", text).lower()
         ctx = Ctx(ref.date(), southern_hemisphere)
-        span = find_cjk_span(text, ctx) if _CJK.search(text) else None
-        if span is None and _may_be_temporal(text):
-            span = find_span(text, ctx)
-            if span is None and _may_name_a_day(text):
+        found = find_cjk_expression(text, ctx) if _CJK.search(text) else None
+        if found is None and _may_be_temporal(text):
+            found = find_expression(text, ctx)
+            if found is None and _may_name_a_day(text):
                 day = _finder_day(text, ref, languages)
-                span = (day, day) if day else None
-        return _window(span) if span else None
+                found = ((day[0], day[0]), day[1], day[2]) if day else None
+        if found is None:
+            return None
+        window = _window(found[0])
+        if window is None:
+            return None
+        # positions in the normalised text are the query's own unless normalising changed its length
+        source = head if len(head) == len(text) else text
+        start, end = found[1], found[2]
+        return Reading(window, source[start:end].strip(), _rest(source, start, end, query))
     except Exception:
         # Analysis never fails a recall; it only loses the temporal arm.
         logger.debug("date analysis failed for %r", query[:200] if isinstance(query, str) else query,
                      exc_info=True)
         return None
+
+
+def _rest(source: str, start: int, end: int, query: str) -> str:
+    """``source`` without ``[start, end)`` and a preposition just before it; ``query`` when no word is left."""
+    before = _LEADING_PREP.sub("", source[:start])
+    rest = _SPACE_BEFORE_PUNCT.sub(r"\1", " ".join(f"{before} {source[end:]}".split()))
+    return rest if _WORD.search(rest) else query
 
 
 def warm_finder() -> None:
@@ -161,7 +209,9 @@ def _may_name_a_day(text: str) -> bool:
         _is_date_word(m, text, _AFTER_CONTEXT) for pattern, points in _SCORES[:3] for m in pattern.finditer(text))
 
 
-def _finder_day(text: str, reference: datetime, languages: Sequence[str] | None) -> date | None:
+def _finder_day(
+    text: str, reference: datetime, languages: Sequence[str] | None
+) -> tuple[date, int, int] | None:
     # Imported here: dateparser takes ~0.1 s to import and more to load its language data.
     from dateparser.search import search_dates
 
@@ -169,7 +219,7 @@ def _finder_day(text: str, reference: datetime, languages: Sequence[str] | None)
     settings = {"RELATIVE_BASE": reference.replace(tzinfo=None), "PREFER_DATES_FROM": "past"}
     found = search_dates(snippet, languages=list(languages) if languages else None, settings=settings)
     best: tuple[int, int] = (0, 0)
-    day: date | None = None
+    day: tuple[date, int, int] | None = None
     cursor = 0
     for phrase, when in found or ():
         at = snippet.find(phrase, cursor)
@@ -179,7 +229,8 @@ def _finder_day(text: str, reference: datetime, languages: Sequence[str] | None)
         key = (score_match(phrase), len(phrase))
         if key[0] > 0 and key > best:
             best = key
-            day = (when.astimezone(UTC) if when.tzinfo else when).date()
+            where = (at, at + len(phrase)) if at >= 0 else (0, 0)
+            day = ((when.astimezone(UTC) if when.tzinfo else when).date(), *where)
     return day
 
 

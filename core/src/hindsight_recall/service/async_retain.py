@@ -1,0 +1,136 @@
+"""Retains as queued operations: ``async: true`` queues the request and answers at once; a worker runs it.
+
+A queued retain runs in chunks of SERVICE_OPERATION_CHUNK_ITEMS memories, each its own transaction,
+and records its progress after each. Running it again (after a crash, a shutdown or a retry) writes the
+same memories: documents without an id get ids derived from the operation, and what the first run found
+of the documents it replaces is kept in the operation's plan, so a resumed run neither duplicates nor
+loses anything. A size limit keeps synchronous retains short (SERVICE_MAX_SYNC_RETAIN_ITEMS).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..engine import Engine
+from ..errors import RetainError
+from ..retain.memories import parse_datetime
+from ..settings import Settings
+from ..store import banks, operations
+from ..store.db import database_errors
+from .errors import ServiceError
+from .items import build_memory, item_text, placements
+from .schemas import RetainBody
+
+#: the operation type of a queued retain (upstream's name for the work of a retain)
+RETAIN = "retain"
+
+Checkpoint = Callable[[str, int], Awaitable[None]]
+
+
+def check_sync_size(body: RetainBody, settings: Settings) -> None:
+    """Refuse (413) a synchronous retain too large to answer promptly, pointing to ``async: true``."""
+    limit = settings.service_max_sync_retain_items
+    if len(body.items) > limit:
+        raise ServiceError(413, "too_many_items", f"a synchronous retain takes at most {limit} items "
+                           f"(HINDSIGHT_API_SERVICE_MAX_SYNC_RETAIN_ITEMS); this one has {len(body.items)}: send "
+                           "it with \"async\": true to queue it as an operation")
+
+
+def precheck(body: RetainBody) -> None:
+    """The checks of a synchronous retain that are cheap enough to answer at once (content, dates), with
+    its messages; whatever else is wrong with an item fails the operation, naming the item."""
+    for index, item in enumerate(body.items):
+        if not item_text(item, index).strip():
+            raise RetainError(None, f"items.{index}.content", "must not be empty")
+        stamp = item.timestamp
+        if isinstance(stamp, str) and stamp.strip().lower() != "unset":
+            parse_datetime(stamp, f"items.{index}.timestamp")
+
+
+def operation_uuid(value: str, field: str = "operation_id") -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        raise ServiceError(422, "invalid_request", f"{field}: must be a valid UUID, got {value!r}") from None
+
+
+async def submit(request: Request, engine: Engine, bank_id: str, body: RetainBody) -> Response:
+    """Queue the retain and answer with its operation id; a client-chosen id already used by this bank's
+    retain answers that operation again (nothing new is queued), by anything else 409."""
+    chosen = operation_uuid(body.operation_id) if body.operation_id is not None else None
+    precheck(body)
+    try:
+        payload = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ServiceError(400, "malformed_json", "the request body is not UTF-8") from None
+    named = {item.document_id for item in body.items if item.document_id}
+    document_id = next(iter(named)) if len(named) == 1 and all(i.document_id for i in body.items) else None
+    operation_id = chosen or uuid.uuid4()
+    with database_errors("queueing a retain"):
+        async with engine.db.connect() as conn:
+            await banks.ensure_bank(conn, bank_id)
+            replay = await _replay(conn, bank_id, chosen)
+            if replay is None and not await operations.submit(
+                    conn, bank_id, operation_id, RETAIN, payload, len(body.items), document_id):
+                replay = await _replay(conn, bank_id, chosen)
+    worker = getattr(request.app.state, "worker", None)
+    if worker is not None:
+        worker.wake()
+    items = replay if replay is not None else len(body.items)
+    return JSONResponse({"success": True, "bank_id": bank_id, "items_count": items, "async": True,
+                         "operation_id": str(operation_id), "operation_ids": None, "usage": None})
+
+
+async def _replay(conn: Any, bank_id: str, chosen: uuid.UUID | None) -> int | None:
+    """The item count of the retain a client-chosen id already names in this bank; 409 if it names another."""
+    if chosen is None:
+        return None
+    owner = await operations.owner_of(conn, chosen)
+    if owner is None:
+        return None
+    if owner[0] != bank_id or owner[1] != RETAIN:
+        raise ServiceError(409, "operation_id_in_use", f"operation_id {chosen} is already in use")
+    return owner[2]
+
+
+def name_documents(body: RetainBody, operation_id: uuid.UUID) -> None:
+    """Give items without a document id the id a synchronous retain would generate, derived from the
+    operation: all of them one document when no item names one, else one each."""
+    shared = not any(item.document_id for item in body.items)
+    for index, item in enumerate(body.items):
+        if not item.document_id:
+            item.document_id = str(uuid.uuid5(operation_id, "shared" if shared else f"item-{index}"))
+
+
+async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[str], Awaitable[None]],
+              checkpoint: Checkpoint, chunk_items: int) -> dict[str, Any]:
+    """Do the queued retain from where it stopped; returns what goes in the operation's result."""
+    async with engine.db.connect() as conn:
+        payload, plan = await operations.payload_of(conn, op.bank_id, op.operation_id)
+    if payload is None:
+        raise ValueError("the operation has no stored request")
+    body = RetainBody.model_validate_json(payload)
+    if plan is None:
+        named = sorted({item.document_id for item in body.items if item.document_id})
+        async with engine.db.connect() as conn:
+            existing = await operations.document_memory_ids(conn, op.bank_id, named)
+        plan = {"existing": existing}
+        await record_plan(json.dumps(plan))
+    name_documents(body, op.operation_id)
+    existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
+    where, stale = placements(op.bank_id, body, existing_ids)
+    done = min(op.processed, len(where))
+    await checkpoint("retaining", done)
+    while done < len(where):
+        part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[done : done + chunk_items]]
+        await engine.retain(op.bank_id, part, progress=False)
+        done += len(part)
+        await checkpoint("retaining", done)
+    removed = await engine.forget(op.bank_id, stale) if stale else 0
+    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}

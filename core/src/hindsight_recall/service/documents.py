@@ -1,0 +1,146 @@
+"""Document and chunk routes: list, get, retag and delete a bank's documents; read their chunks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import BankNotFound
+from ..store import banks, chunks, documents
+from ..store.db import database_errors
+from ._params import bounded_int, checked_text, date_query, path_text, tags_match_query, tags_query
+from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
+from .errors import ServiceError
+from .schemas import UNSUPPORTED, _Body
+
+#: the most documents or chunks one page holds
+MAX_PAGE = 10_000
+
+
+class UpdateDocumentBody(_Body):
+    """Upstream's ``UpdateDocumentRequest``: the document's complete new tag set."""
+
+    tags: list[str] | None = None
+    observation_scopes: Any = None
+
+
+def _not_found(document_id: str) -> ServiceError:
+    return ServiceError(404, "document_not_found", f"Document {document_id!r} not found")
+
+
+@endpoint
+async def list_documents(request: Request) -> Response:
+    bank_id = bank_of(request)
+    options: dict[str, Any] = dict(
+        search=text_query(request, "q"), tags=tags_query(request),
+        tags_match=tags_match_query(request, "any_strict"),
+        time_field=choice_query(request, "time_field", documents.TIME_FIELDS, None),
+        start=date_query(request, "start_date"), end=date_query(request, "end_date"),
+        limit=bounded_int(request, "limit", 100, maximum=MAX_PAGE), offset=bounded_int(request, "offset", 0),
+    )
+    if options["start"] and options["end"] and options["end"] <= options["start"]:
+        raise ServiceError(400, "invalid_request", "end_date: must be after start_date")
+    engine = engine_of(request)
+    with database_errors("list documents"):
+        async with engine.db.connect() as conn:
+            if await banks.bank_config(conn, bank_id) is None:
+                raise BankNotFound(bank_id)
+            page = await documents.list_documents(conn, bank_id, **options)
+    return JSONResponse(page)
+
+
+@endpoint
+async def get_document(request: Request) -> Response:
+    bank_id, document_id = bank_of(request), path_text(request, "document_id")
+    with database_errors("get document"):
+        async with engine_of(request).db.connect() as conn:
+            found = await documents.get_document(conn, bank_id, document_id)
+    if found is None:
+        raise _not_found(document_id)
+    return JSONResponse(found)
+
+
+@endpoint
+async def update_document(request: Request) -> Response:
+    """Replace the tags of the document's memories (upstream propagates a document's tags to them)."""
+    bank_id, document_id = bank_of(request), path_text(request, "document_id")
+    body: UpdateDocumentBody = await body_of(request, UpdateDocumentBody)
+    if body.observation_scopes is not None:
+        raise ServiceError(400, "unsupported_field", f"observation_scopes: {UNSUPPORTED['observation_scopes']}")
+    if body.tags is None:
+        raise ServiceError(422, "invalid_request", "At least one field (tags, observation_scopes) must be provided")
+    tags = list(dict.fromkeys(t.strip() for t in (checked_text("tags", t) for t in body.tags) if t.strip()))
+    with database_errors("update document"):
+        async with engine_of(request).db.connect() as conn:
+            if not await documents.set_tags(conn, bank_id, document_id, tags):
+                raise _not_found(document_id)
+    return JSONResponse({"success": True})
+
+
+@endpoint
+async def delete_document(request: Request) -> Response:
+    bank_id, document_id = bank_of(request), path_text(request, "document_id")
+    engine = engine_of(request)
+    with database_errors("delete document"):
+        async with engine.db.connect() as conn:
+            removed = await documents.delete_document(conn, bank_id, document_id, engine.text_search)
+    if removed is None:
+        raise _not_found(document_id)
+    return JSONResponse({
+        "success": True, "document_id": document_id, "memory_units_deleted": removed,
+        "message": f"Document '{document_id}' and {removed} associated memory units deleted successfully",
+    })
+
+
+@endpoint
+async def list_chunks(request: Request) -> Response:
+    bank_id, document_id = bank_of(request), path_text(request, "document_id")
+    limit = bounded_int(request, "limit", 100, minimum=1, maximum=1000)
+    offset = bounded_int(request, "offset", 0)
+    with database_errors("list chunks"):
+        async with engine_of(request).db.connect() as conn:
+            page = await chunks.document_chunks(conn, bank_id, document_id, limit=limit, offset=offset)
+    if page is None:
+        raise _not_found(document_id)
+    return JSONResponse(page)
+
+
+@endpoint
+async def document_history(request: Request) -> Response:
+    """Upstream rebuilds a document's history from the events its asynchronous operations recorded
+    (facts and observations each change added or removed); this server records no such events."""
+    path_text(request, "document_id")
+    raise ServiceError(501, "not_implemented", "GET /v1/default/banks/{bank_id}/documents/{document_id}/history: "
+                       "a document's change history is rebuilt from per-operation fact and observation events, "
+                       "which hindsight-recall does not record; the document's created_at and updated_at are "
+                       "in GET .../documents/{document_id}")
+
+
+@endpoint
+async def get_chunk(request: Request) -> Response:
+    """A chunk by its id alone: the id names its bank (see :func:`..store.chunks.get_chunk`)."""
+    chunk_id = path_text(request, "chunk_id")
+    with database_errors("get chunk"):
+        async with engine_of(request).db.connect() as conn:
+            found = await chunks.get_chunk(conn, chunk_id)
+    if found is None:
+        raise ServiceError(404, "chunk_not_found", f"Chunk {chunk_id!r} not found")
+    return JSONResponse(found)
+
+
+def routes(banks_path: str) -> list[Route]:
+    """Upstream's document paths (document ids may hold ``/``): ``chunks`` and ``history`` before the
+    document itself."""
+    doc = f"{banks_path}/documents/{{document_id:path}}"
+    return [
+        Route(f"{banks_path}/documents", list_documents, methods=["GET"]),
+        Route(f"{doc}/chunks", list_chunks, methods=["GET"]),
+        Route(f"{doc}/history", document_history, methods=["GET"]),
+        Route(doc, get_document, methods=["GET"]),
+        Route(doc, update_document, methods=["PATCH"]),
+        Route(doc, delete_document, methods=["DELETE"]),
+        Route("/v1/default/chunks/{chunk_id:path}", get_chunk, methods=["GET"]),
+    ]

@@ -1,0 +1,81 @@
+"""Entity routes: list a bank's entities, get one with the memories that mention it, and the graph
+of entities mentioned together."""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import BankNotFound
+from ..limits import INT32_MAX
+from ..store import banks, entities
+from ..store.db import database_errors
+from ._params import bounded_int, path_text, tags_match_query, tags_query
+from .base import bank_of, endpoint, engine_of, text_query
+from .errors import ServiceError
+
+#: the most entities, memories or edges one answer holds
+MAX_PAGE = 10_000
+
+
+@endpoint
+async def list_entities(request: Request) -> Response:
+    """Most mentioned first; ``q`` (ours: upstream's route has none) keeps names holding it."""
+    bank_id = bank_of(request)
+    search, tags = text_query(request, "q"), tags_query(request)
+    tags_match = tags_match_query(request, "any")
+    limit, offset = bounded_int(request, "limit", 100, maximum=MAX_PAGE), bounded_int(request, "offset", 0)
+    with database_errors("list entities"):
+        async with engine_of(request).db.connect() as conn:
+            if await banks.bank_config(conn, bank_id) is None:
+                raise BankNotFound(bank_id)
+            page = await entities.list_entities(conn, bank_id, search=search, tags=tags, tags_match=tags_match,
+                                                limit=limit, offset=offset)
+    return JSONResponse(page)
+
+
+@endpoint
+async def get_entity(request: Request) -> Response:
+    """Upstream's entity detail (its ``observations`` are LLM summaries: none here) plus ``memories``
+    (ours): the memories that mention it, most recent first, at most ``limit``."""
+    bank_id, raw = bank_of(request), path_text(request, "entity_id")
+    try:
+        entity_id = uuid.UUID(raw)
+    except ValueError:
+        raise ServiceError(400, "invalid_request", f"entity_id: {raw[:60]!r} is not a valid UUID") from None
+    tags, tags_match = tags_query(request), tags_match_query(request, "any")
+    limit = bounded_int(request, "limit", 100, maximum=MAX_PAGE)
+    with database_errors("get entity"):
+        async with engine_of(request).db.connect() as conn:
+            found = await entities.get_entity(conn, bank_id, entity_id, tags=tags, tags_match=tags_match,
+                                              memories=limit)
+    if found is None:
+        raise ServiceError(404, "entity_not_found", f"Entity {raw} not found")
+    return JSONResponse(found)
+
+
+@endpoint
+async def entity_graph(request: Request) -> Response:
+    bank_id = bank_of(request)
+    limit = bounded_int(request, "limit", 1000, maximum=MAX_PAGE)
+    min_count = bounded_int(request, "min_count", 1, minimum=-INT32_MAX, maximum=INT32_MAX)
+    tags, tags_match = tags_query(request), tags_match_query(request, "any")
+    with database_errors("entity graph"):
+        async with engine_of(request).db.connect() as conn:
+            if await banks.bank_config(conn, bank_id) is None:
+                raise BankNotFound(bank_id)
+            graph = await entities.entity_graph(conn, bank_id, limit=limit, min_count=min_count, tags=tags,
+                                                tags_match=tags_match)
+    return JSONResponse(graph)
+
+
+def routes(banks_path: str) -> list[Route]:
+    """``entities/graph`` before ``entities/{entity_id}``."""
+    return [
+        Route(f"{banks_path}/entities", list_entities, methods=["GET"]),
+        Route(f"{banks_path}/entities/graph", entity_graph, methods=["GET"]),
+        Route(f"{banks_path}/entities/{{entity_id}}", get_entity, methods=["GET"]),
+    ]

@@ -1,0 +1,181 @@
+"""Operation routes: list, get, cancel, retry and delete a bank's async operations (upstream's shapes)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import BankNotFound
+from ..store import banks, operations
+from ..store.db import database_errors
+from ..store.operations import Operation
+from .base import bank_of, endpoint, engine_of
+from .errors import ServiceError
+
+#: upstream's bounds of the list's page size
+MAX_LIMIT = 100
+#: the largest offset accepted (beyond it no bank has operations)
+MAX_OFFSET = 2**31 - 1
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else str(value.isoformat())
+
+
+def _progress(op: Operation) -> dict[str, Any] | None:
+    """Upstream's progress snapshot: the stage last reached and the items done of the total."""
+    if op.stage is None or op.progress_at is None:
+        return None
+    return {"stage": op.stage, "at": _iso(op.progress_at), "processed": op.processed, "total": op.items_count,
+            "detail": None}
+
+
+def _listed(op: Operation) -> dict[str, Any]:
+    """An operation as upstream's list shows it; ``attempts`` (how many times a worker took it) is ours."""
+    oid = str(op.operation_id)
+    return {"id": oid, "task_type": op.operation_type, "operation_id": oid, "operation_type": op.operation_type,
+            "items_count": op.items_count, "document_id": op.document_id, "filename": None, "mental_model_id": None,
+            "details": None, "created_at": _iso(op.created_at), "updated_at": _iso(op.updated_at),
+            "status": op.status, "error_message": op.error_message, "retry_count": op.retry_count,
+            "next_retry_at": None, "progress": _progress(op), "attempts": op.attempts}
+
+
+def _operation_id(request: Request) -> uuid.UUID:
+    raw = request.path_params["operation_id"]
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise ServiceError(400, "invalid_operation_id", f"Invalid operation_id format: {raw}") from None
+
+
+def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit():
+        raise ServiceError(422, "invalid_request", f"{name}: must be an integer, got {raw[:40]!r}")
+    value = int(raw) if len(raw) <= 20 else high + 1
+    if not low <= value <= high:
+        raise ServiceError(400, "bad_request", f"{name}: must be between {low} and {high}, got {raw[:40]}")
+    return value
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return False
+    if raw.lower() not in ("true", "false", "1", "0"):
+        raise ServiceError(422, "invalid_request", f"{name}: must be true or false, got {raw[:40]!r}")
+    return raw.lower() in ("true", "1")
+
+
+@endpoint
+async def list_operations(request: Request) -> Response:
+    """Newest first, filtered by status and type; 404 for a bank that does not exist (as upstream)."""
+    bank_id = bank_of(request)
+    status = request.query_params.get("status") or None
+    if status is not None and status not in operations.STATUSES:
+        raise ServiceError(422, "invalid_request", f"status: {status[:40]!r} is not one of "
+                           f"{', '.join(operations.STATUSES)}")
+    kind = request.query_params.get("type") or None
+    if kind is not None and "\x00" in kind:
+        raise ServiceError(400, "bad_request", "type: must not contain NUL bytes")
+    limit = _bounded(request, "limit", 20, 1, MAX_LIMIT)
+    offset = _bounded(request, "offset", 0, 0, MAX_OFFSET)
+    _flag(request, "exclude_parents")  # no operation here has children: nothing to exclude
+    with database_errors("listing operations"):
+        async with engine_of(request).db.connect() as conn:
+            if await banks.bank_config(conn, bank_id) is None:
+                raise BankNotFound(bank_id)
+            found, total = await operations.listing(conn, bank_id, status=status, operation_type=kind,
+                                                    limit=limit, offset=offset)
+    return JSONResponse({"bank_id": bank_id, "total": total, "limit": limit, "offset": offset,
+                         "operations": [_listed(op) for op in found]})
+
+
+@endpoint
+async def get_operation(request: Request) -> Response:
+    """One operation; an unknown id answers 200 with status ``not_found`` (as upstream)."""
+    bank_id = bank_of(request)
+    operation_id = _operation_id(request)
+    with_payload = _flag(request, "include_payload")
+    with database_errors("reading an operation"):
+        async with engine_of(request).db.connect() as conn:
+            op = await operations.get(conn, bank_id, operation_id)
+            payload = (await operations.payload_of(conn, bank_id, operation_id))[0] if op and with_payload else None
+    oid = str(operation_id)
+    if op is None:
+        return JSONResponse({"operation_id": oid, "status": "not_found", "operation_type": None, "id": oid,
+                             "task_type": None, "created_at": None, "updated_at": None, "completed_at": None,
+                             "error_message": None})
+    listed = _listed(op)
+    metadata = {"items_count": op.items_count, "processed": op.processed, "attempts": op.attempts,
+                "worker_id": op.worker_id, **(op.result or {})}
+    return JSONResponse({
+        "operation_id": oid, "status": op.status, "operation_type": op.operation_type, "id": oid,
+        "task_type": op.operation_type, "mental_model_id": None, "created_at": listed["created_at"],
+        "updated_at": listed["updated_at"], "completed_at": _iso(op.completed_at), "error_message": op.error_message,
+        "retry_count": op.retry_count, "next_retry_at": None, "progress": listed["progress"], "details": None,
+        "result_metadata": metadata, "child_operations": None,
+        "task_payload": None if payload is None else json.loads(payload),
+        "attempts": op.attempts,
+    })
+
+
+async def _change(request: Request, change: Any, what: str, allowed: str, done: str) -> Response:
+    """Apply ``change`` to the operation: 404 when the bank has no such operation, 409 when its status
+    does not allow it (upstream's answers)."""
+    bank_id = bank_of(request)
+    operation_id = _operation_id(request)
+    with database_errors(f"{what} an operation"):
+        async with engine_of(request).db.connect() as conn:
+            changed = await change(conn, bank_id, operation_id)
+            current = None if changed else await operations.get(conn, bank_id, operation_id)
+    if not changed:
+        if current is None:
+            raise ServiceError(404, "operation_not_found", f"Operation {operation_id} not found for bank {bank_id}")
+        raise ServiceError(409, "conflict", f"Operation {operation_id} cannot be {what}: status is "
+                           f"'{current.status}', {allowed}")
+    worker = getattr(request.app.state, "worker", None)
+    if worker is not None:
+        worker.wake()
+    return JSONResponse({"success": True, "message": f"Operation {operation_id} {done}",
+                         "operation_id": str(operation_id)})
+
+
+@endpoint
+async def cancel_operation(request: Request) -> Response:
+    """A pending operation never starts; a processing one stops at its next checkpoint (or sooner)."""
+    return await _change(request, operations.cancel, "cancelled",
+                         "only 'pending' and 'processing' operations can be cancelled", "cancelled")
+
+
+@endpoint
+async def retry_operation(request: Request) -> Response:
+    """A failed or cancelled operation is queued again and resumes after the work it had committed."""
+    return await _change(request, operations.requeue, "retried", "expected 'failed' or 'cancelled'",
+                         "queued for retry")
+
+
+@endpoint
+async def delete_operation(request: Request) -> Response:
+    """Remove the record of an operation that has ended."""
+    return await _change(request, operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'",
+                         "deleted")
+
+
+def routes(banks_path: str) -> list[Route]:
+    """Upstream's operation paths; ``/delete`` and ``/retry`` before the bare ``{operation_id}``."""
+    path = f"{banks_path}/operations"
+    return [
+        Route(path, list_operations, methods=["GET"]),
+        Route(f"{path}/{{operation_id}}/retry", retry_operation, methods=["POST"]),
+        Route(f"{path}/{{operation_id}}/delete", delete_operation, methods=["DELETE"]),
+        Route(f"{path}/{{operation_id}}", get_operation, methods=["GET"]),
+        Route(f"{path}/{{operation_id}}", cancel_operation, methods=["DELETE"]),
+    ]

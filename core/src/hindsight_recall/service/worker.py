@@ -1,0 +1,194 @@
+"""The queue worker inside ``serve``: claims operations from the database and runs them.
+
+Every ``serve`` process on a database runs one (SERVICE_OPERATION_WORKERS operations at once; 0 runs
+none), so several processes share one queue. A running operation's lease is renewed every third of
+SERVICE_OPERATION_LEASE; losing it (the operation was cancelled, deleted, or its lease ran out and
+another worker took it) stops the run. On shutdown the runs are cancelled (the chunk in flight rolls
+back) and their operations handed back to the queue, to resume at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from ..engine import Engine
+from ..errors import describe_error
+from ..settings import redact
+from ..store import operations
+from . import async_retain
+from .errors import classify
+
+log = logging.getLogger("hindsight_recall.service.worker")
+
+#: seconds between looks at the queue when nothing woke the worker
+POLL_SECONDS = 1.0
+#: seconds a shutdown waits for the runs to roll back and be handed back
+STOP_SECONDS = 3.0
+
+Key = tuple[str, uuid.UUID]
+
+
+class Lost(Exception):
+    """The operation is no longer this worker's to run (cancelled, deleted, or taken after its lease)."""
+
+
+class Worker:
+    """Claims and runs queued operations for one process.
+
+    :param engine: the service's engine (opened before :meth:`run` is started).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        settings = engine.settings
+        self.engine = engine
+        self.slots = settings.service_operation_workers
+        self.lease = settings.service_operation_lease
+        self.chunk_items = settings.service_operation_chunk_items
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.running: dict[Key, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look at the queue now (an operation was just queued)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Claim whenever a slot is free, until cancelled."""
+        if self.slots == 0:
+            return
+        log.info("operation worker %s: %d at once", self.id, self.slots)
+        while True:
+            self._wake.clear()
+            free = self.slots - len(self.running)
+            if free > 0:
+                try:
+                    await self._claim(free)
+                except Exception as exc:  # the database is away: look again later
+                    log.warning("claiming operations failed: %s", redact(describe_error(exc) or repr(exc)))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POLL_SECONDS):
+                    await self._wake.wait()
+
+    async def _claim(self, free: int) -> None:
+        async with self.engine.db.connect() as conn:
+            found = await operations.candidates(conn, free + len(self.running))
+        for key in found:
+            if free == 0:
+                return
+            if key in self.running:
+                continue
+            async with self.engine.db.connect() as conn:
+                op = await operations.claim(conn, key[0], key[1], self.id, self.lease)
+            if op is None:
+                continue
+            free -= 1
+            task = asyncio.create_task(self._run(op), name=f"operation-{op.operation_id}")
+            self.running[key] = task
+            task.add_done_callback(functools.partial(self._ended, key))
+
+    def _ended(self, key: Key, task: asyncio.Task[None]) -> None:
+        """A run ended: free its slot and look at the queue again."""
+        self.running.pop(key, None)
+        self._wake.set()
+
+    async def _run(self, op: operations.Operation) -> None:
+        """Run one claimed operation under its lease; record how it ended."""
+        log.info("operation %s (%s, bank %s) started, attempt %d", op.operation_id, op.operation_type, op.bank_id,
+                 op.attempts)
+        work = asyncio.create_task(self._work(op))
+        keeper = asyncio.create_task(self._keep_lease(op, work))
+        try:
+            result = await work
+        except Lost:
+            log.info("operation %s stopped: it was cancelled or is no longer this worker's", op.operation_id)
+            return
+        except asyncio.CancelledError:
+            work.cancel()
+            await asyncio.wait({work}, timeout=STOP_SECONDS)  # its chunk in flight rolls back
+            if not self._lost(keeper):
+                raise
+            log.info("operation %s stopped: it was cancelled or is no longer this worker's", op.operation_id)
+            return
+        except Exception as exc:
+            error = classify(exc)  # the message a synchronous request would have answered
+            message = redact(error.message)
+            log.warning("operation %s failed: %s", op.operation_id, message,
+                        exc_info=exc if error.code == "internal_error" else None)
+            await self._finish(op, "failed", error=message)
+            return
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(BaseException):
+                await keeper
+        await self._finish(op, "completed", result=result)
+        log.info("operation %s completed", op.operation_id)
+
+    @staticmethod
+    def _lost(keeper: asyncio.Task[None]) -> bool:
+        return keeper.done() and not keeper.cancelled() and isinstance(keeper.exception(), Lost)
+
+    async def _work(self, op: operations.Operation) -> dict[str, Any]:
+        async def record_plan(plan: str) -> None:
+            async with self.engine.db.connect() as conn:
+                if not await operations.record_plan(conn, op, self.id, plan):
+                    raise Lost()
+
+        async def checkpoint(stage: str, processed: int) -> None:
+            async with self.engine.db.connect() as conn:
+                if not await operations.progress(conn, op, self.id, stage, processed):
+                    raise Lost()
+
+        if op.operation_type != async_retain.RETAIN:
+            raise ValueError(f"this server cannot run operations of type {op.operation_type!r}")
+        return await async_retain.run(self.engine, op, record_plan, checkpoint, self.chunk_items)
+
+    async def _keep_lease(self, op: operations.Operation, work: asyncio.Task[Any]) -> None:
+        """Renew the lease while ``work`` runs; cancel it once the lease is lost or about to run out."""
+        renewed = time.monotonic()
+        while not work.done():
+            await asyncio.sleep(self.lease / 3)
+            try:
+                async with self.engine.db.connect() as conn:
+                    mine = await operations.renew(conn, op, self.id, self.lease)
+            except Exception as exc:
+                log.warning("renewing the lease of operation %s failed: %s", op.operation_id,
+                            redact(describe_error(exc) or repr(exc)))
+                mine = time.monotonic() - renewed < self.lease * 2 / 3
+            else:
+                renewed = time.monotonic() if mine else renewed
+            if not mine:
+                work.cancel()
+                raise Lost()
+
+    async def _finish(self, op: operations.Operation, status: str, *, error: str | None = None,
+                      result: dict[str, Any] | None = None) -> None:
+        try:
+            async with self.engine.db.connect() as conn:
+                await operations.finish(conn, op, self.id, status, error=error,
+                                        result=None if result is None else json.dumps(result))
+        except Exception as exc:  # the lease runs out and another worker resumes it
+            log.warning("recording the end of operation %s failed: %s", op.operation_id,
+                        redact(describe_error(exc) or repr(exc)))
+
+    async def stop(self) -> None:
+        """Cancel the runs (the chunks in flight roll back) and hand their operations back to the queue."""
+        runs = dict(self.running)
+        for task in runs.values():
+            task.cancel()
+        if not runs:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_SECONDS):
+                await asyncio.gather(*runs.values(), return_exceptions=True)
+                async with self.engine.db.connect() as conn:
+                    released = await operations.release(conn, list(runs), self.id)
+                log.info("handed %d running operation(s) back to the queue", released)
