@@ -28,7 +28,7 @@ from hindsight_recall.plugins import get_plugin_manager
 from hindsight_recall.retain import links
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import banks, schema, term_stats
-from hindsight_recall.store.citus import compatible_backends
+from hindsight_recall.store.citus import DISTRIBUTED, REFERENCE, compatible_backends
 from hindsight_recall.testing import TextSearchBackendSuite
 from hindsight_recall.testing.citus import check_routed, driver_url, explain_all, first_word, recording
 from hindsight_recall_native import NativeBackend
@@ -186,9 +186,7 @@ async def test_a_single_server_store_is_distributed_with_its_rows(
             stats = {b: await single.bank_stats(b) for b in stores}
     async with Engine(settings) as cluster:
         tables = await _distributed(cluster)
-        assert tables == {**dict.fromkeys(("banks", "memory_units", "entities", "chunks", "unit_entities",
-                                           "memory_links", "observation_sources", "term_stats"), "h"),
-                          "hindsight_meta": "n", "hindsight_migrations": "n"}
+        assert tables == {**dict.fromkeys(DISTRIBUTED, "h"), **dict.fromkeys(REFERENCE, "n")}
         for bank in stores:
             assert await cluster.bank_stats(bank) == stats[bank]
             async with cluster.db.connect() as conn:  # the term statistics moved with their bank
