@@ -12,10 +12,6 @@ from hindsight_recall.demo import sample_bank, sample_questions
 from hindsight_recall.settings import Settings
 
 QUESTIONS = sample_questions()
-# Under score fusion the keyword arm, which searches the question as asked (leaving the date words out
-# of it costs LoCoMo dev more than it gains, docs/benchmarks.md), still ranks the resignation ("her
-# *last* working day", 30 June 2023) first for "last spring"; RRF puts a spring memory first.
-KEYWORD_DATE_WORDS = {("score", "What did Alice do last spring?")}
 
 
 @pytest.fixture(scope="module", params=["score", "rrf"])
@@ -28,11 +24,7 @@ async def fused(request: pytest.FixtureRequest, make_settings: Callable[..., Set
 
 
 @pytest.mark.parametrize("question", [pytest.param(q, id=q["query"]) for q in QUESTIONS])
-async def test_demo_question_puts_an_answer_first(
-    fused: Engine, question: dict[str, Any], request: pytest.FixtureRequest
-) -> None:
-    if (fused.settings.recall_fusion, question["query"]) in KEYWORD_DATE_WORDS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the date's words match in the keyword arm"))
+async def test_demo_question_puts_an_answer_first(fused: Engine, question: dict[str, Any]) -> None:
     body = await fused.recall("demo-questions", question["query"], query_timestamp=question["query_timestamp"],
                               budget="mid", max_tokens=1024)
     top = [r["id"] for r in body["results"][:3]]

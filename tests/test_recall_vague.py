@@ -176,6 +176,48 @@ async def test_semantic_arm_searches_the_question_without_its_date(engine: Engin
     assert body["trace"]["query"]["temporal_constraint"]["start"].startswith("2023-03-01")
 
 
+async def test_an_anchored_question_leaves_its_date_words_to_the_temporal_arm(engine: Engine, bank: str) -> None:
+    """Asked at a stated time, with memories inside the window: "last" no longer matches "her last working day"."""
+    await engine.retain(bank, [
+        {"id": "resign", "text": "Alice said her last working day at the firm was in June.",
+         "occurred_at": "2023-06-30T00:00:00Z"},
+        {"id": "hike", "text": "Alice hiked the Alps with her sister.", "occurred_at": "2023-04-15T00:00:00Z"},
+    ])
+    body = await engine.recall(bank, "What did Alice do last spring?", query_timestamp="2024-03-10T00:00:00Z",
+                               trace=True)
+    assert phase(body, "date_words") == {"window_holds_memories": True, "keyword_query": "What did Alice do?"}
+    assert body["results"][0]["id"] == "hike"
+
+
+async def test_date_words_stay_in_the_keyword_search_when_the_window_is_empty(engine: Engine, bank: str) -> None:
+    """A window the bank has nothing in may be the memories' own words: the keyword arm keeps them."""
+    await engine.retain(bank, [{"id": "run", "text": "Alice ran a marathon last spring.",
+                                "occurred_at": "2021-05-02T00:00:00Z"}])
+    body = await engine.recall(bank, "What did Alice do last spring?", query_timestamp="2024-03-10T00:00:00Z",
+                               trace=True)
+    assert phase(body, "date_words") == {"window_holds_memories": False,
+                                         "keyword_query": "What did Alice do last spring?"}
+    assert body["results"][0]["id"] == "run"
+
+
+async def test_the_window_test_sees_only_what_the_filters_let_through(engine: Engine, bank: str) -> None:
+    await engine.retain(bank, [{"id": "hike", "text": "Alice hiked the Alps.", "tags": ["private"],
+                                "occurred_at": "2023-04-15T00:00:00Z"}])
+    body = await engine.recall(bank, "What did Alice do last spring?", query_timestamp="2024-03-10T00:00:00Z",
+                               tags=["public"], tags_match="all_strict", trace=True)
+    assert (phase(body, "date_words") or {})["window_holds_memories"] is False
+    assert body["results"] == []
+
+
+async def test_a_question_without_a_timestamp_searches_its_date_words(engine: Engine, bank: str) -> None:
+    """Read against today, "last spring" may be what the memories say: no window test, words kept."""
+    await engine.retain(bank, [{"id": "hike", "text": "Alice hiked the Alps.", "occurred_at": "2023-04-15T00:00:00Z"}])
+    body = await engine.recall(bank, "What did Alice do last spring?", trace=True)
+    assert phase(body, "date_words") is None
+    reading = phase(body, "temporal_extraction")
+    assert reading is not None and reading["keyword_query"] == "What did Alice do last spring?"
+
+
 async def test_a_bank_without_temporal_retrieval_searches_the_whole_question(engine: Engine, bank: str) -> None:
     await engine.retain(bank, [{"id": "hike", "text": "Alice hiked last spring.",
                                 "occurred_at": "2023-04-15T00:00:00Z"}])

@@ -19,6 +19,7 @@ from ..types import ArmResult, Candidate
 from .arms._ann import AnnSettings
 from .arms._compose import composable, run_composed
 from .arms.semantic import semantic_floor
+from .arms.temporal import window_holds_memories
 from .complete import complete, incomplete
 from .context import apply_context
 from .filters import tag_filter
@@ -114,6 +115,18 @@ async def _recall(
         window=question.window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
         indexed=state.indexed, ann_slot=state.ann_slot,
     )
+    if req.query_timestamp is not None and question.source == "query" and question.semantic is not None \
+            and ctx.fact_types:
+        with trace.phase("date_words") as details:
+            # A question asked at a stated time whose window the bank has memories in: the date words are
+            # the temporal arm's, and leave the keyword search ("last" must not match "her last working
+            # day"). Otherwise they stay: read against today, "4 years ago" or "last weekend" are often
+            # the memories' own words (docs/benchmarks.md measures both).
+            inside = await window_holds_memories(ctx)
+            if inside:
+                question = question.without_date_words()
+                ctx = replace(ctx, query=question.text, tokens=question.tokens)
+            details.update(window_holds_memories=inside, keyword_query=question.text)
     # arms that need neither the vector nor the window start now, while the query is embedded
     tasks = {arm.name: _start(arm, ctx) for arm in engine.retrievers if not arm.needs_embedding and arm.enabled(ctx)}
     try:

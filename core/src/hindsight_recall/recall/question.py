@@ -10,7 +10,7 @@ gains (docs/benchmarks.md).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +46,10 @@ class Question:
             "keyword_query": self.text,
             "semantic_query": self.embedded,
         }
+
+    def without_date_words(self) -> Question:
+        """The question the keyword arm searches once the window is known to be the bank's."""
+        return replace(self, text=self.embedded, tokens=query_tokens(self.embedded))
 
     @property
     def embedded(self) -> str:

@@ -259,6 +259,23 @@ class TemporalRetriever:
                 visited.update(state.absorb(by_type[state.fact_type], batches[state.fact_type], ctx.window))
 
 
+async def window_holds_memories(ctx: RetrievalContext) -> bool:
+    """Whether any memory that passes the request's filters is dated inside the window (one index probe
+    per fact type): a window the bank has nothing in says the date words meant something else.
+
+    :param ctx: the recall's context, with its window.
+    """
+    assert ctx.window is not None
+    probes = " OR ".join(f"EXISTS (SELECT 1 FROM memory_units WHERE {where_for(ctx, ft)} AND {_TOUCHES_WINDOW})"
+                         for ft in ctx.fact_types)
+    if not probes:
+        return False
+    async with ctx.db.connect() as conn:
+        return bool(await conn.scalar(text(f"SELECT {probes}"), {
+            **base_params(ctx), "window_start": ctx.window.start, "window_end": ctx.window.end,
+        }))
+
+
 def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
     return nearest_sql(f"{where_for(ctx, fact_type)} AND {_TOUCHES_WINDOW}")
 
