@@ -2,9 +2,10 @@
 
 The date expression is read once (relative to ``query_timestamp`` when given): the temporal arm gets
 its window, and the semantic arms (semantic, graph seeds, the temporal arm's similarity) embed the
-question without it. The keyword arm searches the question as asked: conversations say "last weekend" and "last summer"
-in so many words, and on LoCoMo dev leaving the date words out of the keyword arm loses more than it
-gains (docs/benchmarks.md).
+question without it. The keyword arm searches the question as asked unless the question is anchored
+(``query_timestamp``) and its window holds memories (recall/pipeline): conversations say "last
+weekend" and "last summer" in so many words, and on LoCoMo dev leaving the date words out of the
+keyword arm loses more than it gains (docs/benchmarks.md).
 """
 
 from __future__ import annotations
