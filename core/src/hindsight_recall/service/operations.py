@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -127,46 +130,65 @@ async def get_operation(request: Request) -> Response:
     })
 
 
-async def _change(request: Request, change: Any, what: str, allowed: str, done: str) -> Response:
-    """Apply ``change`` to the operation: 404 when the bank has no such operation, 409 when its status
-    does not allow it (upstream's answers)."""
-    bank_id = bank_of(request)
-    operation_id = _operation_id(request)
-    with database_errors(f"{what} an operation"):
+@dataclass(frozen=True)
+class Change:
+    """A change of an operation's status: the store call, and the words of its answers."""
+
+    apply: Callable[[AsyncConnection, str, uuid.UUID], Awaitable[bool]]
+    what: str
+    allowed: str
+    done: str
+
+
+CANCEL = Change(operations.cancel, "cancelled", "only 'pending' and 'processing' operations can be cancelled",
+                "cancelled")
+RETRY = Change(operations.requeue, "retried", "expected 'failed' or 'cancelled'", "queued for retry")
+DELETE = Change(operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted")
+
+
+async def change_operation(request: Request, bank_id: str, operation_id: uuid.UUID, change: Change) -> str:
+    """Apply ``change`` to the bank's operation and wake the worker; the message saying it was done.
+
+    Raises 404 when the bank has no such operation, 409 when its status does not allow it (upstream's
+    answers). The console's buttons call this too.
+    """
+    with database_errors(f"{change.what} an operation"):
         async with engine_of(request).db.connect() as conn:
-            changed = await change(conn, bank_id, operation_id)
+            changed = await change.apply(conn, bank_id, operation_id)
             current = None if changed else await operations.get(conn, bank_id, operation_id)
     if not changed:
         if current is None:
             raise ServiceError(404, "operation_not_found", f"Operation {operation_id} not found for bank {bank_id}")
-        raise ServiceError(409, "conflict", f"Operation {operation_id} cannot be {what}: status is "
-                           f"'{current.status}', {allowed}")
+        raise ServiceError(409, "conflict", f"Operation {operation_id} cannot be {change.what}: status is "
+                           f"'{current.status}', {change.allowed}")
     worker = getattr(request.app.state, "worker", None)
     if worker is not None:
         worker.wake()
-    return JSONResponse({"success": True, "message": f"Operation {operation_id} {done}",
-                         "operation_id": str(operation_id)})
+    return f"Operation {operation_id} {change.done}"
+
+
+async def _change(request: Request, change: Change) -> Response:
+    operation_id = _operation_id(request)
+    message = await change_operation(request, bank_of(request), operation_id, change)
+    return JSONResponse({"success": True, "message": message, "operation_id": str(operation_id)})
 
 
 @endpoint
 async def cancel_operation(request: Request) -> Response:
     """A pending operation never starts; a processing one stops at its next checkpoint (or sooner)."""
-    return await _change(request, operations.cancel, "cancelled",
-                         "only 'pending' and 'processing' operations can be cancelled", "cancelled")
+    return await _change(request, CANCEL)
 
 
 @endpoint
 async def retry_operation(request: Request) -> Response:
     """A failed or cancelled operation is queued again and resumes after the work it had committed."""
-    return await _change(request, operations.requeue, "retried", "expected 'failed' or 'cancelled'",
-                         "queued for retry")
+    return await _change(request, RETRY)
 
 
 @endpoint
 async def delete_operation(request: Request) -> Response:
     """Remove the record of an operation that has ended."""
-    return await _change(request, operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'",
-                         "deleted")
+    return await _change(request, DELETE)
 
 
 def routes(banks_path: str) -> list[Route]:
