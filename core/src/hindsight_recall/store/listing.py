@@ -51,21 +51,14 @@ async def get_memory(conn: AsyncConnection, bank_id: str, memory_id: str) -> dic
 TIME_FIELDS = ("created_at", "updated_at", "mentioned_at", "occurred_start", "occurred_end")
 
 
-async def list_memories(
-    conn: AsyncConnection, bank_id: str, *, fact_type: str | None = None, search: str | None = None,
-    document_id: str | None = None, entity_id: uuid.UUID | None = None, tags: Sequence[str] | None = None,
-    tags_match: TagsMatch | str = TagsMatch.ANY, time_field: str | None = None, start: datetime | None = None,
-    end: datetime | None = None, limit: int = 100, offset: int = 0,
-) -> tuple[list[dict[str, Any]], int]:
-    """A page of a bank's memories, most recently mentioned first, and how many match in all.
-
-    ``search`` is a case-insensitive substring of the text or the context (no pattern syntax);
-    ``entity_id`` keeps the memories linked to that entity; ``tags`` filter as recall's do. A
-    ``time_field`` (or either bound, which then windows ``created_at``) keeps the memories dated on
-    that axis, in ``[start, end)``, newest first. An unknown bank has no memories.
-    """
+def _filters(
+    bank_id: str, *, fact_type: str | None = None, search: str | None = None, document_id: str | None = None,
+    entity_id: uuid.UUID | None = None, tags: Sequence[str] | None = None, tags_match: TagsMatch | str = TagsMatch.ANY,
+    time_field: str | None = None, start: datetime | None = None, end: datetime | None = None,
+) -> tuple[str, dict[str, Any], str]:
+    """The condition, its parameters and the order of a listing (see :func:`list_memories`)."""
     where = ["u.bank_id = :bank"]
-    params: dict[str, Any] = {"bank": bank_id, "limit": limit, "offset": offset}
+    params: dict[str, Any] = {"bank": bank_id}
     if fact_type is not None:
         where.append("u.fact_type = :type")
         params["type"] = fact_type
@@ -95,12 +88,41 @@ async def list_memories(
             where.append(f"{column} < :end")
             params["end"] = end
         order = f"{column} DESC, u.external_id"
-    condition = " AND ".join(where)
+    return " AND ".join(where), params, order
+
+
+async def list_memories(
+    conn: AsyncConnection, bank_id: str, *, limit: int = 100, offset: int = 0, **filters: Any,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of a bank's memories, most recently mentioned first, and how many match in all.
+
+    The filters are keywords: ``search`` is a case-insensitive substring of the text or the context
+    (no pattern syntax); ``fact_type``; ``document_id``; ``entity_id`` keeps the memories linked to
+    that entity; ``tags`` and ``tags_match`` filter as recall's do. A ``time_field`` (or either bound
+    ``start``, ``end``, which then window ``created_at``) keeps the memories dated on that axis, in
+    ``[start, end)``, newest first. An unknown bank has no memories.
+    """
+    condition, params, order = _filters(bank_id, **filters)
     total = int(await conn.scalar(text(f"SELECT count(*) FROM memory_units u WHERE {condition}"), params) or 0)
     rows = await conn.execute(text(
         f"SELECT {_COLUMNS} FROM memory_units u WHERE {condition} ORDER BY {order} LIMIT :limit OFFSET :offset"
-    ), params)
+    ), {**params, "limit": limit, "offset": offset})
     return [_row(r) for r in rows], total
+
+
+async def memory_page(
+    conn: AsyncConnection, bank_id: str, *, limit: int = 100, offset: int = 0, **filters: Any,
+) -> tuple[list[dict[str, Any]], bool]:
+    """A page of :func:`list_memories` without the count of every match, and whether more follow.
+
+    Counting the matches of a substring reads every memory of the bank; a page ordered as an index
+    orders it stops after ``limit + 1`` of them.
+    """
+    condition, params, order = _filters(bank_id, **filters)
+    rows = list(await conn.execute(text(
+        f"SELECT {_COLUMNS} FROM memory_units u WHERE {condition} ORDER BY {order} LIMIT :limit OFFSET :offset"
+    ), {**params, "limit": limit + 1, "offset": offset}))
+    return [_row(r) for r in rows[:limit]], len(rows) > limit
 
 
 async def document_memory_ids(conn: AsyncConnection, bank_id: str, document_id: str) -> list[str]:
