@@ -83,3 +83,8 @@ async def entity_name(conn: AsyncConnection, bank_id: str, entity_id: str) -> st
         "SELECT canonical_name FROM entities WHERE bank_id = :bank AND id = CAST(:id AS uuid)"),
         {"bank": bank_id, "id": entity_id})
     return name
+
+
+async def entity_count(conn: AsyncConnection, bank_id: str) -> int:
+    """How many entities the bank has."""
+    return int(await conn.scalar(text("SELECT count(*) FROM entities WHERE bank_id = :bank"), {"bank": bank_id}) or 0)
