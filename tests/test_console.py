@@ -222,11 +222,13 @@ def test_no_page_shows_another_banks_data(http: httpx.Client, banks: dict[str, s
 
 def test_an_unknown_bank_is_404_and_not_created(http: httpx.Client, banks: dict[str, str]) -> None:
     ghost = f"ghost-{uuid.uuid4().hex[:6]}"
-    for path in ("", "/recall?query=x", "/memories", "/documents", "/entities", "/memories/x"):
+    for path in ("", "/recall?query=x", "/memories", "/documents", "/entities", "/memories/x", "/operations",
+                 f"/operations/{uuid.uuid4()}", "/links.svg", "/memories?start_date=bad"):
         assert http.get(f"/ui/banks/{ghost}{path}").status_code == 404, path
     token = _form_token(http.get(f"/ui/banks/{banks['main']}").text)
     assert http.post(f"/ui/banks/{ghost}/config", data={"recall_rrf_k": "3", "csrf": token}).status_code == 404
     assert http.post(f"/ui/banks/{ghost}/profile", data={"name": "x", "csrf": token}).status_code == 404
+    assert http.post(f"/ui/banks/{ghost}/operations/{uuid.uuid4()}/cancel", data={"csrf": token}).status_code == 404
     assert http.get(f"/v1/default/banks/{ghost}/config").status_code == 404
 
 
@@ -239,6 +241,8 @@ def test_an_unknown_bank_is_404_and_not_created(http: httpx.Client, banks: dict[
     ("/recall?query=x&max_tokens=-1", 400, "max_tokens"),
     ("/recall?query=%00%00", 400, "query"),
     ("?period=5y", 400, "period"),
+    ("/memories?time_field=birthday", 400, "time_field"),
+    ("/operations?offset=x", 400, "offset"),
 ])
 def test_bad_input_is_a_clear_error(http: httpx.Client, banks: dict[str, str], path: str, status: int,
                                     field: str) -> None:
@@ -264,6 +268,184 @@ def test_memory_filters_and_paging(http: httpx.Client, banks: dict[str, str]) ->
     assert "entity-graph" in entities
     memory = http.get(f"/ui/banks/{main}/memories/{_ids(http, main)[FACTS[0]['content']]}").text
     assert "Helios Robotics" in memory.split('id="entities"')[1].split("</p>")[0]
+
+
+# --- operations, sizes, dates -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sql(server: Any) -> Iterator[Any]:
+    """A direct connection to the service's database: operations in every status, without running them."""
+    import psycopg
+
+    with psycopg.connect(server.engine.db.url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="module")
+def ops(http: httpx.Client, sql: Any, banks: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A bank named with markup whose queue is held by another worker's live operation (so nothing in it
+    runs), with a pending, a failed (its error markup too) and a completed operation; and one of ``other``."""
+    bank_id = f"ops-{uuid.uuid4().hex[:8]}"
+    _retain(http, bank_id, [{"content": "The lighthouse keeper logged a ship at dawn."}], "log")
+    assert http.put(f"/v1/default/banks/{bank_id}", json={"name": XSS}).status_code == 200
+    ids = {name: str(uuid.uuid4()) for name in ("held", "completed", "failed", "pending", "foreign")}
+    rows = [(bank_id, ids["held"], "processing", None, "1 hour", 3),
+            (bank_id, ids["completed"], "completed", None, None, 2),
+            (bank_id, ids["failed"], "failed", XSS, None, 1),
+            (bank_id, ids["pending"], "pending", None, None, 0),
+            (banks["other"], ids["foreign"], "failed", "ZEBRA 4711", None, 0)]
+    for bank, oid, status, error, lease, age in rows:
+        sql.execute("INSERT INTO operations (bank_id, operation_id, operation_type, status, error_message, "
+                    "worker_id, lease_until, items_count, created_at) VALUES (%s, %s, 'retain', %s, %s, %s, "
+                    "now() + CAST(%s AS interval), 3, now() - make_interval(mins => %s))",
+                    (bank, oid, status, error, lease and "elsewhere", lease, age))
+    try:
+        yield {"bank": bank_id, **ids}
+    finally:
+        sql.execute("DELETE FROM operations WHERE operation_id = ANY(%s)", ([uuid.UUID(i) for i in ids.values()],))
+
+
+def _status(http: httpx.Client, bank_id: str, operation_id: str) -> str:
+    return str(http.get(f"/v1/default/banks/{bank_id}/operations/{operation_id}").json()["status"])
+
+
+def test_the_operations_page_lists_the_apis_operations(http: httpx.Client, ops: dict[str, str]) -> None:
+    bank_id = ops["bank"]
+    html = http.get(f"/ui/banks/{bank_id}/operations").text
+    api = http.get(f"/v1/default/banks/{bank_id}/operations", params={"limit": 100}).json()
+    shown = re.findall(r'/operations/([0-9a-f-]{36})">', html)
+    assert shown == [o["id"] for o in api["operations"]] == [ops["pending"], ops["failed"], ops["completed"],
+                                                              ops["held"]]
+    assert re.search(r'id="total">4<', html)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    assert ops["foreign"] not in html and "ZEBRA" not in html
+    assert f'id="cancel-{ops["pending"]}"' in html and f'id="retry-{ops["failed"]}"' in html
+    assert f'id="retry-{ops["completed"]}"' not in html and f'id="cancel-{ops["completed"]}"' not in html
+    failed = http.get(f"/ui/banks/{bank_id}/operations", params={"status": "failed"}).text
+    assert re.findall(r'/operations/([0-9a-f-]{36})">', failed) == [ops["failed"]]
+    assert f'href="/ui/banks/{bank_id}/operations"' in http.get(f"/ui/banks/{bank_id}").text
+
+
+def test_an_operations_page_shows_its_details(http: httpx.Client, ops: dict[str, str]) -> None:
+    html = http.get(f"/ui/banks/{ops['bank']}/operations/{ops['failed']}").text
+    assert 'id="op-status">failed<' in html
+    error = re.search(r'id="op-error">(.*?)</dd>', html, re.S)
+    assert error and error.group(1) == "&lt;img src=x onerror=alert(1)&gt; Carol keeps a &lt;script&gt;alert(2)" \
+        "&lt;/script&gt; diary"
+    assert "0 of 3 items" in html and "<script>" not in html
+
+
+def test_cancel_and_retry_do_what_the_api_does(http: httpx.Client, ops: dict[str, str]) -> None:
+    bank_id, pending, failed = ops["bank"], ops["pending"], ops["failed"]
+    token = _form_token(http.get(f"/ui/banks/{bank_id}/operations").text)
+    assert http.post(f"/ui/banks/{bank_id}/operations/{pending}/cancel").status_code == 403
+    assert http.post(f"/ui/banks/{bank_id}/operations/{pending}/cancel", data={"csrf": "0" * 64}).status_code == 403
+    assert _status(http, bank_id, pending) == "pending"
+    done = http.post(f"/ui/banks/{bank_id}/operations/{pending}/cancel", data={"csrf": token},
+                     follow_redirects=False)
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/ui/banks/{bank_id}/operations/{pending}?done=cancel"
+    assert _status(http, bank_id, pending) == "cancelled"
+    assert "Cancelled." in http.get(done.headers["location"]).text
+    again = http.post(f"/ui/banks/{bank_id}/operations/{pending}/cancel", data={"csrf": token})
+    api = http.delete(f"/v1/default/banks/{bank_id}/operations/{pending}")
+    assert again.status_code == api.status_code == 409 and api.json()["message"] in again.text.replace("&#39;", "'")
+    retried = http.post(f"/ui/banks/{bank_id}/operations/{failed}/retry", data={"csrf": token},
+                        follow_redirects=False)
+    assert retried.status_code == 303 and _status(http, bank_id, failed) == "pending"
+    assert http.get(f"/v1/default/banks/{bank_id}/operations/{failed}").json()["error_message"] is None
+    assert http.post(f"/ui/banks/{bank_id}/operations/{ops['completed']}/retry", data={"csrf": token}).status_code \
+        == 409
+    assert _status(http, bank_id, ops["completed"]) == "completed"
+
+
+def test_operations_of_another_bank_never_show(http: httpx.Client, ops: dict[str, str], banks: dict[str, str]) -> None:
+    bank_id, foreign = ops["bank"], ops["foreign"]
+    token = _form_token(http.get(f"/ui/banks/{bank_id}/operations").text)
+    page = http.get(f"/ui/banks/{bank_id}/operations/{foreign}")
+    assert page.status_code == 404 and "ZEBRA" not in page.text
+    for action in ("cancel", "retry"):
+        refused = http.post(f"/ui/banks/{bank_id}/operations/{foreign}/{action}", data={"csrf": token})
+        assert refused.status_code == 404, action
+    assert _status(http, banks["other"], foreign) == "failed"
+    for path in (f"/ui/banks/{bank_id}/operations/not-a-uuid", f"/ui/banks/{bank_id}/operations/{uuid.uuid4()}"):
+        assert http.get(path).status_code == 404, path
+    assert http.post(f"/ui/banks/{bank_id}/operations/not-a-uuid/cancel", data={"csrf": token}).status_code == 404
+    assert http.get(f"/ui/banks/{bank_id}/operations?status=lost").status_code == 400
+
+
+def test_sizes_on_disk_are_estimates_for_every_bank(http: httpx.Client, ops: dict[str, str],
+                                                    banks: dict[str, str]) -> None:
+    html = http.get("/ui/").text
+    for bank_id in (banks["main"], banks["other"], ops["bank"]):
+        row = re.search(rf'>{bank_id}</a></td>.*?<td class="n size">([^<]*)</td>', html, re.S)
+        assert row and re.fullmatch(r"≈ [0-9.]+ (B|kB|MB|GB|TB)", row.group(1)), bank_id
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img src=x" not in html
+    bank = http.get(f"/ui/banks/{ops['bank']}").text
+    assert re.search(r'id="size">≈ [0-9.]+ (B|kB|MB|GB|TB)<', bank)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in bank and "<img src=x" not in bank
+
+
+def test_the_bank_page_counts_as_the_apis_stats(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    html = http.get(f"/ui/banks/{main}").text
+    stats = http.get(f"/v1/default/banks/{main}/stats").json()
+    cards = dict((name, int(n)) for n, name in re.findall(r"<b(?: id=\"[^\"]+\")?>(\d+)</b> (\w+)</div>", html))
+    assert cards["memories"] == stats["total_nodes"] and cards["documents"] == stats["total_documents"]
+    assert cards["entities"] == stats["entities"]
+    assert all(cards[t] == n for t, n in stats["nodes_by_fact_type"].items())
+    assert f'src="/ui/banks/{main}/links.svg"' in html
+    image = http.get(f"/ui/banks/{main}/links.svg")
+    assert image.headers["content-type"].startswith("image/svg+xml") and "default-src 'none'" in image.headers[
+        "content-security-policy"]
+    assert re.search(rf">{stats['total_links']}</text>", image.text)
+    series = http.get(f"/v1/default/banks/{main}/stats/memories-timeseries", params={"period": "30d"}).json()
+    stored = sum(b[t] for b in series["buckets"] for t in ("world", "experience", "observation"))
+    titles = re.findall(r"<title>[^<]*: (\d+)</title>", html.split('id="timeline"')[1].split("</svg>")[0])
+    assert sum(int(n) for n in titles) == stored
+    assert http.get(f"/ui/banks/{banks['other']}/links.svg").status_code == 200
+    assert http.get(f"/ui/banks/ghost-{uuid.uuid4().hex[:6]}/links.svg").status_code == 404
+
+
+def test_memories_by_date_are_the_apis(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    window = {"time_field": "mentioned_at", "start_date": "2024-02-01", "end_date": "2024-04-01"}
+    api = http.get(f"/v1/default/banks/{main}/memories/list", params=window).json()
+    html = http.get(f"/ui/banks/{main}/memories", params=window).text
+    shown = re.findall(r'class="mid" href="[^"]+">([^<]+)</a>', html)
+    assert shown == [m["id"] for m in api["items"]] and api["total"] >= 1
+    assert "Helios Robotics" in html and "marathon" not in html
+    assert re.search(rf'id="total">{api["total"]}<', html)
+    assert 'name="start_date" id="start_date" value="2024-02-01"' in html
+    later = http.get(f"/ui/banks/{main}/memories", params={**window, "start_date": "2030-01-01",
+                                                            "end_date": "2031-01-01"}).text
+    assert re.search(r'id="total">0<', later) and "No memories match." in later
+    stored = http.get(f"/ui/banks/{main}/memories", params={"start_date": "2000-01-01"}).text
+    assert re.search(rf'id="total">{len(FACTS)}<', stored)
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"start_date": "yesterday"}, "start_date"),
+    ({"end_date": "2024-13-45"}, "end_date"),
+    ({"start_date": "2024-05-01", "end_date": "2024-04-01"}, "start_date"),
+    ({"start_date": "<script>alert(1)</script>"}, "start_date"),
+])
+def test_a_bad_date_is_a_clear_message_on_the_page(http: httpx.Client, banks: dict[str, str],
+                                                   params: dict[str, str], field: str) -> None:
+    response = http.get(f"/ui/banks/{banks['main']}/memories", params=params)
+    assert response.status_code == 400 and response.headers["content-type"].startswith("text/html")
+    error = re.search(r'id="error">([^<]*)</p>', response.text)
+    assert error and field in error.group(1)
+    assert 'id="filters"' in response.text and "<script>alert(1)" not in response.text
+
+
+def test_a_text_filter_pages_without_counting_every_match(http: httpx.Client, banks: dict[str, str]) -> None:
+    main = banks["main"]
+    html = http.get(f"/ui/banks/{main}/memories", params={"q": "alice"}).text
+    assert re.search(r'id="total">3<', html) and "next-page" not in html
+    shown = re.findall(r'class="mid" href="[^"]+">([^<]+)</a>', html)
+    api = http.get(f"/v1/default/banks/{main}/memories/list", params={"q": "alice"}).json()
+    assert shown == [m["id"] for m in api["items"]]
 
 
 @pytest.fixture(scope="module")
@@ -378,7 +560,8 @@ def test_browser_loads_every_page(browser: Any, server: Any, http: httpx.Client,
              "memories": (f"/ui/banks/{main}/memories", "memories"),
              "memory": (f"/ui/banks/{main}/memories/{memory_id}", "links"),
              "documents": (f"/ui/banks/{main}/documents", "documents"),
-             "entities": (f"/ui/banks/{main}/entities", "entity-graph")}
+             "entities": (f"/ui/banks/{main}/entities", "entity-graph"),
+             "operations": (f"/ui/banks/{main}/operations", "operations")}
     for name, (path, element) in pages.items():
         browser.get(server.url + path)
         assert browser.find_element(By.ID, element).is_displayed(), name
@@ -442,6 +625,52 @@ def test_browser_shows_injected_markup_as_text(browser: Any, server: Any, http: 
     browser.get(f"{server.url}/ui/banks/{main}/recall?query=Carol+diary")
     _no_alert(browser)
     assert XSS in browser.find_element(By.ID, "results").text
+
+
+def test_browser_retries_an_operation(browser: Any, server: Any, http: httpx.Client, sql: Any,
+                                      ops: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    bank_id = ops["bank"]
+    failed = str(uuid.uuid4())
+    sql.execute("INSERT INTO operations (bank_id, operation_id, operation_type, status, error_message) "
+                "VALUES (%s, %s, 'retain', 'failed', %s)", (bank_id, failed, XSS))
+    try:
+        browser.get(f"{server.url}/ui/banks/{bank_id}/operations")
+        Select(browser.find_element(By.ID, "status")).select_by_visible_text("failed")
+        _submit(browser, "filter")
+        assert "status=failed" in browser.current_url
+        _no_alert(browser)
+        table = browser.find_element(By.ID, "operations")
+        assert XSS in table.text and not table.find_elements(By.CSS_SELECTOR, "img, script")
+        _shot(browser, "operations")
+        _submit(browser, f"retry-{failed}")
+        assert browser.find_element(By.ID, "saved").text == "Queued again."
+        assert browser.find_element(By.ID, "op-status").text == "pending"
+        assert _status(http, bank_id, failed) == "pending"
+    finally:
+        sql.execute("DELETE FROM operations WHERE operation_id = %s", (uuid.UUID(failed),))
+
+
+def test_browser_filters_memories_by_date(browser: Any, server: Any, banks: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(f"{server.url}/ui/banks/{banks['main']}/memories")
+    Select(browser.find_element(By.ID, "time_field")).select_by_visible_text("mentioned")
+    browser.find_element(By.ID, "start_date").send_keys("2024-02-01")
+    browser.find_element(By.ID, "end_date").send_keys("2024-04-01")
+    _submit(browser, "filter")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#memories tbody tr")
+    assert len(rows) == 1 and "Helios Robotics" in rows[0].text
+    _shot(browser, "memories-by-date")
+    box = browser.find_element(By.ID, "start_date")
+    box.clear()
+    box.send_keys("last tuesday")
+    _submit(browser, "filter")
+    assert "start_date" in browser.find_element(By.ID, "error").text
+    assert browser.find_element(By.ID, "start_date").get_attribute("value") == "last tuesday"
 
 
 def test_browser_logs_in_with_the_key(browser: Any, keyed: Any) -> None:

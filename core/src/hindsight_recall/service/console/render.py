@@ -45,9 +45,21 @@ def _num(value: Any) -> str:
     return str(value)
 
 
+def _bytes(value: Any) -> str:
+    """A size on disk, rounded (it is an estimate): ``≈ 1.2 GB``; a dash when unknown."""
+    if value is None:
+        return "–"
+    size, unit = float(value), "B"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            break
+        size /= 1000
+    return f"≈ {size:.0f} {unit}" if unit == "B" or size >= 100 else f"≈ {size:.1f} {unit}"
+
+
 ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-ENV.filters.update(segment=segment, ms=_ms, num=_num)
+ENV.filters.update(segment=segment, ms=_ms, num=_num, bytes=_bytes)
 
 
 class Console:
@@ -56,10 +68,11 @@ class Console:
     def __init__(self, key: str) -> None:
         self.key, self.sessions = key, Sessions()
 
-    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    def render(self, request: Request, name: str, status: int = 200, media_type: str = "text/html",
+               **context: Any) -> HTMLResponse:
         html = ENV.get_template(name).render(request=request, csrf=self.sessions.token(request),
                                              login=bool(self.key), **context)
-        response = HTMLResponse(html, status_code=status, headers=HEADERS)
+        response = HTMLResponse(html, status_code=status, headers=HEADERS, media_type=media_type)
         self.sessions.remember(request, response)
         return response
 

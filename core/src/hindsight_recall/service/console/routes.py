@@ -4,14 +4,11 @@ documents and entities. Reads go through the same engine and store functions as 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -21,15 +18,21 @@ from ...errors import BankNotFound, InvalidRequest
 from ...recall.trace import phase_sink
 from ...settings import BankSettings, Settings
 from ...store import bank_reads, banks, browse, listing
-from ...store.db import database_errors
 from ..base import MAX_QUERY_TEXT, bank_of, choice_query, engine_of, int_query, text_query, texts_query
+from ..errors import ServiceError
+from ..memories import date_query
 from ..ops import Admission
+from . import operations as ops
 from .auth import KEY_COOKIE, PREFIX, set_key_cookie
 from .charts import TYPES, ring, stacked_columns
+from .reads import connect, existing
 from .render import HERE, Console, redirect, segment
 from .story import phase_bars, read_trace, why_not
 
 PAGE_SIZE = 50
+#: the dates a memory may be filtered by, as the API's ``time_field``: its label on the page
+DATE_FIELDS = {"mentioned_at": "mentioned", "occurred_start": "event starts", "occurred_end": "event ends",
+               "created_at": "stored", "updated_at": "updated"}
 #: the longest offset a page link may carry (bounded, as the API's are)
 MAX_OFFSET = 10_000_000
 
@@ -63,8 +66,10 @@ def routes(settings: Settings) -> list[BaseRoute]:
     async def bank_list(request: Request) -> Response:
         search = text_query(request, "q")
         offset = int_query(request, "offset", 0, MAX_OFFSET)
-        async with _conn(request, "listing banks") as conn:
+        async with connect(request, "listing banks") as conn:
             page, total = await bank_reads.bank_page(conn, search=search, limit=PAGE_SIZE, offset=offset)
+            sizes = await bank_reads.bank_sizes(conn, {b["bank_id"]: b["fact_count"] for b in page})
+        page = [{**b, "size": sizes[b["bank_id"]]} for b in page]
         return console.render(request, "banks.html", banks=page, total=total, q=search or "", offset=offset,
                               size=PAGE_SIZE)
 
@@ -81,8 +86,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
             disposition[trait] = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 3 else raw
         changes["disposition"] = disposition
         try:
-            async with _conn(request, "set_bank_profile") as conn:
-                await _existing(conn, bank_id)
+            async with connect(request, "set_bank_profile") as conn:
+                await existing(conn, bank_id)
                 await banks.set_bank_profile(conn, bank_id, changes)
         except InvalidRequest as exc:
             return await _bank_page(request, console, error=str(exc), status=422)
@@ -91,8 +96,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
     async def save_config(request: Request) -> Response:
         bank_id = bank_of(request)
         form = await request.form()
-        async with _conn(request, "bank_config") as conn:
-            stored = await _existing(conn, bank_id)
+        async with connect(request, "bank_config") as conn:
+            stored = await existing(conn, bank_id)
         effective = engine_of(request).settings.for_bank(stored).bank_values()
         changes: dict[str, Any] = {}
         for name in BankSettings.model_fields:
@@ -102,7 +107,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
             changes[str(reset)] = None
         if changes:
             try:
-                async with _conn(request, "set_bank_config") as conn:
+                async with connect(request, "set_bank_config") as conn:
                     await banks.set_bank_config(conn, bank_id, changes)
             except InvalidRequest as exc:
                 return await _bank_page(request, console, error=str(exc), status=422)
@@ -119,22 +124,45 @@ def routes(settings: Settings) -> list[BaseRoute]:
         entity = text_query(request, "entity", 64)
         offset = int_query(request, "offset", 0, MAX_OFFSET)
         entity_uuid = _uuid(entity) if entity else None
-        async with _conn(request, "list_memories") as conn:
-            await _existing(conn, bank_id)
-            rows, total = await listing.list_memories(
-                conn, bank_id, fact_type=fact_type, search=search, document_id=document, tags=tags or None,
-                tags_match="any_strict", entity_id=entity_uuid, limit=PAGE_SIZE, offset=offset)
-            entity_label = await browse.entity_name(conn, bank_id, str(entity_uuid)) if entity_uuid else None
-        return console.render(request, "memories.html", bank_id=bank_id, rows=rows, total=total, offset=offset,
-                              size=PAGE_SIZE, types=TYPES, type=fact_type or "", q=search or "",
-                              document=document or "", tag=", ".join(tags), entity=entity or "",
-                              entity_label=entity_label)
+        time_field = choice_query(request, "time_field", tuple(DATE_FIELDS))
+        context: dict[str, Any] = dict(
+            bank_id=bank_id, offset=offset, size=PAGE_SIZE, types=TYPES, type=fact_type or "", q=search or "",
+            document=document or "", tag=", ".join(tags), entity=entity or "", date_fields=DATE_FIELDS,
+            time_field=time_field or "", start_date=request.query_params.get("start_date", "")[:64],
+            end_date=request.query_params.get("end_date", "")[:64], error=None, rows=[], total=0, more=False,
+            entity_label=None)
+        try:
+            start, end = date_query(request, "start_date"), date_query(request, "end_date")
+            if start is not None and end is not None and start >= end:
+                raise InvalidRequest("start_date", "must be before end_date", status=400)
+        except (ServiceError, InvalidRequest) as exc:
+            async with connect(request, "list_memories") as conn:
+                await existing(conn, bank_id)
+            context["error"] = exc.message if isinstance(exc, ServiceError) else str(exc)
+            return console.render(request, "memories.html", 400, **context)
+        filters: dict[str, Any] = dict(
+            fact_type=fact_type, document_id=document, tags=tags or None, tags_match="any_strict",
+            entity_id=entity_uuid, time_field=time_field, start=start, end=end)
+        async with connect(request, "list_memories") as conn:
+            await existing(conn, bank_id)
+            if search:
+                # a substring over every memory: no exact total (it would read them all), one row past the page
+                rows, more = await listing.memory_page(conn, bank_id, search=search, limit=PAGE_SIZE,
+                                                       offset=offset, **filters)
+                total = None
+            else:
+                rows, total = await listing.list_memories(conn, bank_id, limit=PAGE_SIZE, offset=offset, **filters)
+                more = offset + PAGE_SIZE < total
+            if entity_uuid:
+                context["entity_label"] = await browse.entity_name(conn, bank_id, str(entity_uuid))
+        context.update(rows=rows, total=total, more=more)
+        return console.render(request, "memories.html", **context)
 
     async def memory(request: Request) -> Response:
         bank_id = bank_of(request)
         memory_id = request.path_params["memory_id"]
-        async with _conn(request, "get_memory") as conn:
-            await _existing(conn, bank_id)
+        async with connect(request, "get_memory") as conn:
+            await existing(conn, bank_id)
             found = await listing.get_memory(conn, bank_id, memory_id)
             links = await browse.memory_links(conn, bank_id, memory_id) if found else []
         if found is None:
@@ -142,12 +170,20 @@ def routes(settings: Settings) -> list[BaseRoute]:
                                   message=f"Bank {bank_id} has no memory {memory_id}.")
         return console.render(request, "memory.html", bank_id=bank_id, m=found, links=links)
 
+    async def links(request: Request) -> Response:
+        bank_id = bank_of(request)
+        async with connect(request, "bank") as conn:
+            await existing(conn, bank_id)
+            by_type = await bank_reads.link_counts(conn, bank_id)
+        return console.render(request, "links.svg", media_type="image/svg+xml", total=sum(by_type.values()),
+                              by_type=by_type)
+
     async def documents(request: Request) -> Response:
         bank_id = bank_of(request)
         search = text_query(request, "q")
         offset = int_query(request, "offset", 0, MAX_OFFSET)
-        async with _conn(request, "documents") as conn:
-            await _existing(conn, bank_id)
+        async with connect(request, "documents") as conn:
+            await existing(conn, bank_id)
             rows, total = await browse.document_page(conn, bank_id, search=search, limit=PAGE_SIZE, offset=offset)
         return console.render(request, "documents.html", bank_id=bank_id, rows=rows, total=total, q=search or "",
                               offset=offset, size=PAGE_SIZE)
@@ -156,8 +192,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
         bank_id = bank_of(request)
         search = text_query(request, "q")
         offset = int_query(request, "offset", 0, MAX_OFFSET)
-        async with _conn(request, "entities") as conn:
-            await _existing(conn, bank_id)
+        async with connect(request, "entities") as conn:
+            await existing(conn, bank_id)
             rows, total = await browse.entity_page(conn, bank_id, search=search, limit=PAGE_SIZE, offset=offset)
             top = rows[:30]
             edges = await browse.entity_pairs(conn, bank_id, [r["id"] for r in top])
@@ -177,8 +213,15 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route(f"{bank_path}/recall", p(recall), methods=["GET"]),
         Route(f"{bank_path}/memories", p(memories), methods=["GET"]),
         Route(f"{bank_path}/memories/{{memory_id}}", p(memory), methods=["GET"]),
+        Route(f"{bank_path}/links.svg", p(links), methods=["GET"]),
         Route(f"{bank_path}/documents", p(documents), methods=["GET"]),
         Route(f"{bank_path}/entities", p(entities), methods=["GET"]),
+        Route(f"{bank_path}/operations", p(lambda r: ops.operation_list(r, console)), methods=["GET"]),
+        Route(f"{bank_path}/operations/{{operation_id}}", p(lambda r: ops.operation(r, console)), methods=["GET"]),
+        Route(f"{bank_path}/operations/{{operation_id}}/cancel", p(lambda r: ops.cancel(r, console)),
+              methods=["POST"]),
+        Route(f"{bank_path}/operations/{{operation_id}}/retry", p(lambda r: ops.retry(r, console)),
+              methods=["POST"]),
     ]
 
 
@@ -196,22 +239,6 @@ def _uuid(value: str) -> uuid.UUID:
         raise InvalidRequest("entity", "must be an entity id (a UUID)", status=400) from None
 
 
-@contextlib.asynccontextmanager
-async def _conn(request: Request, what: str) -> AsyncIterator[AsyncConnection]:
-    """A connection from the engine's pool, driver errors made the API's."""
-    with database_errors(what):
-        async with engine_of(request).db.connect() as conn:
-            yield conn
-
-
-async def _existing(conn: AsyncConnection, bank_id: str) -> dict[str, Any]:
-    """The bank's stored overrides; 404 for a bank that does not exist (pages never create one)."""
-    stored = await banks.bank_config(conn, bank_id)
-    if stored is None:
-        raise BankNotFound(bank_id)
-    return stored
-
-
 def _shown(value: Any) -> str:
     """A setting's value as the form shows it (and sends it back)."""
     if isinstance(value, bool):
@@ -224,16 +251,22 @@ async def _bank_page(request: Request, console: Console, *, error: str | None = 
     period = choice_query(request, "period", tuple(bank_reads.PERIODS), "30d") or "30d"
     engine = engine_of(request)
     async def read(call: Any) -> Any:
-        async with _conn(request, "bank") as conn:
+        async with connect(request, "bank") as conn:
             return await call(conn)
 
-    # each of these scans the bank: on their own connections they run side by side
-    stats, profile, series, last = await asyncio.gather(
-        read(lambda conn: banks.bank_stats(conn, bank_id)), read(lambda conn: banks.bank_profile(conn, bank_id)),
-        read(lambda conn: bank_reads.memories_timeseries(conn, bank_id, period, "created_at", datetime.now(UTC))),
-        read(lambda conn: bank_reads.last_write(conn, bank_id)))
-    if stats is None:
+    async def counts(conn: Any) -> dict[str, Any]:
+        config = await existing(conn, bank_id)
+        return {"config": config, "entities": await browse.entity_count(conn, bank_id)}
+
+    # on their own connections these run side by side; the one pass over the memories is the dear one.
+    # The links (millions of rows) are counted by the image the page shows (links.svg), after the page.
+    stats, profile, overview = await asyncio.gather(
+        read(counts), read(lambda conn: banks.bank_profile(conn, bank_id)),
+        read(lambda conn: bank_reads.bank_overview(conn, bank_id, period, datetime.now(UTC))))
+    if profile is None:
         raise BankNotFound(bank_id)
+    async with connect(request, "bank") as conn:
+        size = (await bank_reads.bank_sizes(conn, {bank_id: overview["memories"]}))[bank_id]
     effective = engine.settings.for_bank(stats["config"]).bank_values()
     fields = []
     for name, info in BankSettings.model_fields.items():
@@ -245,9 +278,10 @@ async def _bank_page(request: Request, console: Console, *, error: str | None = 
             choices = list(literal)
         fields.append({"name": name, "value": _shown(effective[name]), "overridden": name in stats["config"],
                        "choices": choices})
-    return console.render(request, "bank.html", status, bank_id=bank_id, stats=stats, profile=profile,
-                          fields=fields, chart=stacked_columns(series), period=period, periods=list(bank_reads.PERIODS),
-                          last_write=last, error=error, saved=request.query_params.get("saved"), types=TYPES)
+    return console.render(request, "bank.html", status, bank_id=bank_id, stats={**stats, **overview},
+                          profile=profile, fields=fields, chart=stacked_columns(overview["series"]), period=period,
+                          periods=list(bank_reads.PERIODS), last_write=overview["last_write"], size=size, error=error,
+                          saved=request.query_params.get("saved"), types=TYPES)
 
 
 async def _recall_page(request: Request, console: Console) -> Response:
@@ -268,8 +302,8 @@ async def _recall_page(request: Request, console: Console) -> Response:
     for t in form["types"]:
         if t not in TYPES:
             raise InvalidRequest("types", f"{t!r} is not one of {', '.join(TYPES)}", status=400)
-    async with _conn(request, "bank") as conn:
-        stored = await _existing(conn, bank_id)
+    async with connect(request, "bank") as conn:
+        stored = await existing(conn, bank_id)
     fusion = engine.settings.for_bank(stored).recall_fusion
     context: dict[str, Any] = {"bank_id": bank_id, "form": form, "types": TYPES, "fusion": fusion, "view": None,
                                "chart": None, "why": None, "error": None}
@@ -291,7 +325,7 @@ async def _recall_page(request: Request, console: Console) -> Response:
         view = read_trace(response)
         context.update(view=view, chart=phase_bars(view.phases))
         if form["why"]:
-            async with _conn(request, "get_memory") as conn:
+            async with connect(request, "get_memory") as conn:
                     found = await listing.get_memory(conn, bank_id, form["why"])
             context["why"] = why_not(view, found, form["types"], tags)
     return console.render(request, "recall.html", **context)
