@@ -35,7 +35,9 @@ def pages(client: httpx.Client, bank_id: str) -> dict[str, str]:
         "memories, page 100": f"{base}/memories?offset=5000",
         "memories, by entity": f"{base}/memories?entity={entity}",
         "memory": f"{base}/memories/{quote(memory['id'], safe='')}",
+        "memories, by date": f"{base}/memories?time_field=created_at&start_date=2000-01-01",
         "documents": f"{base}/documents", "entities": f"{base}/entities",
+        "operations": f"{base}/operations", "bank's link count (image)": f"{base}/links.svg",
     }
 
 
