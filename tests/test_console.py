@@ -515,8 +515,10 @@ def browser() -> Iterator[Any]:
     profile = tempfile.mkdtemp(prefix="console-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--window-size=1280,1000",
+    # --disable-dev-shm-usage: a container's /dev/shm (64 MB in Docker) is too small for Chromium's pages
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync",
+                 "--window-size=1280,1000",
                  f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
