@@ -102,7 +102,8 @@ def tests(session: nox.Session, target: str) -> None:
     """
     if target == SUITE:
         install(session, *TEST_DEPS)
-        session.run("pytest", *session.posargs, env=OFFLINE)
+        # the slowest tests named at the end: what to look at when the suite grows slow
+        session.run("pytest", "--durations=20", *session.posargs, env=OFFLINE)
         return
     if target == CITUS:
         citus(session)
