@@ -192,9 +192,11 @@ async def write_documents(conn: AsyncConnection, bank_id: str, memories: Sequenc
     ), {"bank": bank_id, "docs": docs, "now": datetime.now(UTC)})
     if fresh:
         return
-    # the documents' memories are read once (not once per chunk): a hashed anti-join
+    # the documents' memories are read once, into a hashed subplan: NOT EXISTS let the planner, which
+    # expects few rows from the document filter, choose a nested loop that read them once per chunk
+    # (seconds for a document of some thousand memories, retained in parts)
     await conn.execute(text(
-        "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.document_id = ANY(:docs) AND NOT EXISTS "
-        f"(SELECT 1 FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'ANY(:docs)')} "
-        "AND u.chunk_id = c.chunk_id)"
+        "DELETE FROM chunks c WHERE c.bank_id = :bank AND c.document_id = ANY(:docs) AND c.chunk_id NOT IN "
+        f"(SELECT u.chunk_id FROM memory_units u WHERE u.bank_id = :bank AND {of_document('u', 'ANY(:docs)')} "
+        "AND u.chunk_id IS NOT NULL)"
     ), {"bank": bank_id, "docs": docs})
