@@ -236,7 +236,7 @@ class Settings(BaseSettings, BankSettings):
     #: taken again after it
     service_operation_lease: float = Field(30, ge=1)
     #: items an async retain commits per transaction (its progress is recorded after each)
-    service_operation_chunk_items: int = Field(1000, ge=1)
+    service_operation_chunk_items: int = Field(2000, ge=1)
     service_access_log: Literal["text", "json", "off"] = "text"
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True

@@ -45,7 +45,7 @@ def _wait(http: httpx.Client, bank_id: str, operation_id: str, timeout: float = 
             return found
         if time.monotonic() > deadline:
             raise TimeoutError(f"operation {operation_id} still {found['status']}")
-        time.sleep(0.05)
+        time.sleep(0.25)
 
 
 def bench_sync(http: httpx.Client, n: int, batch: int) -> dict[str, Any]:
