@@ -81,7 +81,7 @@ DEFAULTS = {
     "service_max_sync_retain_items": 2000,
     "service_operation_workers": 2,
     "service_operation_lease": 30,
-    "service_operation_chunk_items": 1000,
+    "service_operation_chunk_items": 2000,
     "service_access_log": "text",
     "console_enabled": True,
     "mcp_bank_id": "default",
