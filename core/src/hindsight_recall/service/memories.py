@@ -110,6 +110,14 @@ def date_query(request: Request, name: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def date_range(request: Request) -> tuple[datetime | None, datetime | None]:
+    """``start_date`` and ``end_date`` (:func:`date_query`); 400 unless the start comes before the end."""
+    start, end = date_query(request, "start_date"), date_query(request, "end_date")
+    if start is not None and end is not None and start >= end:
+        raise ServiceError(400, "invalid_request", "start_date: must be before end_date")
+    return start, end
+
+
 def _entity_query(request: Request) -> uuid.UUID | None:
     value = text_query(request, "entity_id", max_chars=64)
     if value is None:
@@ -133,9 +141,7 @@ async def list_memories(request: Request) -> Response:
     state = choice_query(request, "state", ("valid", "invalidated"), "valid")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
     time_field = choice_query(request, "time_field", listing.TIME_FIELDS)
-    start, end = date_query(request, "start_date"), date_query(request, "end_date")
-    if start is not None and end is not None and start >= end:
-        raise ServiceError(400, "invalid_request", "start_date: must be before end_date")
+    start, end = date_range(request)
     filters: dict[str, Any] = dict(
         fact_type=fact_type, search=text_query(request, "q"), document_id=text_query(request, "document_id"),
         entity_id=_entity_query(request), tags=texts_query(request, "tags"),

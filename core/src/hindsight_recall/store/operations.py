@@ -21,6 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 STATUSES = ("pending", "processing", "completed", "failed", "cancelled")
 #: the statuses an operation ends in
 TERMINAL = ("completed", "failed", "cancelled")
+#: the statuses :func:`cancel` and :func:`requeue` change
+CANCELLABLE = ("pending", "processing")
+RETRYABLE = ("failed", "cancelled")
 
 #: a row may be claimed: waiting, or processing under a lease that ran out
 _CLAIMABLE = "(status = 'pending' OR (status = 'processing' AND lease_until < now()))"
@@ -148,8 +151,8 @@ async def cancel(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) -
     """Mark a pending or processing operation cancelled (its worker stops at its next checkpoint)."""
     done = await conn.scalar(text(
         "UPDATE operations SET status = 'cancelled', updated_at = clock_timestamp() "
-        "WHERE bank_id = :bank AND operation_id = :id AND status IN ('pending', 'processing') RETURNING 1"
-    ), {"bank": bank_id, "id": operation_id})
+        "WHERE bank_id = :bank AND operation_id = :id AND status = ANY(:states) RETURNING 1"
+    ), {"bank": bank_id, "id": operation_id, "states": list(CANCELLABLE)})
     return done is not None
 
 
@@ -158,8 +161,8 @@ async def requeue(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) 
     done = await conn.scalar(text(
         "UPDATE operations SET status = 'pending', error_message = NULL, completed_at = NULL, worker_id = NULL, "
         "lease_until = NULL, retry_count = 0, updated_at = clock_timestamp() "
-        "WHERE bank_id = :bank AND operation_id = :id AND status IN ('failed', 'cancelled') RETURNING 1"
-    ), {"bank": bank_id, "id": operation_id})
+        "WHERE bank_id = :bank AND operation_id = :id AND status = ANY(:states) RETURNING 1"
+    ), {"bank": bank_id, "id": operation_id, "states": list(RETRYABLE)})
     return done is not None
 
 
@@ -167,8 +170,8 @@ async def delete(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) -
     """Remove an operation that has ended."""
     done = await conn.scalar(text(
         "DELETE FROM operations WHERE bank_id = :bank AND operation_id = :id "
-        "AND status IN ('completed', 'failed', 'cancelled') RETURNING 1"
-    ), {"bank": bank_id, "id": operation_id})
+        "AND status = ANY(:states) RETURNING 1"
+    ), {"bank": bank_id, "id": operation_id, "states": list(TERMINAL)})
     return done is not None
 
 

@@ -21,9 +21,6 @@ from .render import Console, redirect, segment
 
 PAGE_SIZE = 50
 MAX_OFFSET = 10_000_000
-#: the statuses whose operations each button may change (the store's own conditions)
-CANCELLABLE = ("pending", "processing")
-RETRYABLE = ("failed", "cancelled")
 #: what a button did, as the next page says it
 DONE = {"cancel": "Cancelled.", "retry": "Queued again."}
 
@@ -36,7 +33,7 @@ def _shown(op: operations.Operation) -> dict[str, Any]:
             "completed_at": op.completed_at.isoformat() if op.completed_at else None,
             "error": op.error_message, "document_id": op.document_id, "attempts": op.attempts,
             "retry_count": op.retry_count, "worker_id": op.worker_id, "result": op.result or {},
-            "cancel": op.status in CANCELLABLE, "retry": op.status in RETRYABLE}
+            "cancel": op.status in operations.CANCELLABLE, "retry": op.status in operations.RETRYABLE}
 
 
 def _operation_id(request: Request) -> uuid.UUID | None:

@@ -20,7 +20,7 @@ from ...settings import BankSettings, Settings
 from ...store import bank_reads, banks, browse, listing
 from ..base import MAX_QUERY_TEXT, bank_of, choice_query, engine_of, int_query, text_query, texts_query
 from ..errors import ServiceError
-from ..memories import date_query
+from ..memories import date_range
 from ..ops import Admission
 from . import operations as ops
 from .auth import KEY_COOKIE, PREFIX, set_key_cookie
@@ -132,13 +132,11 @@ def routes(settings: Settings) -> list[BaseRoute]:
             end_date=request.query_params.get("end_date", "")[:64], error=None, rows=[], total=0, more=False,
             entity_label=None)
         try:
-            start, end = date_query(request, "start_date"), date_query(request, "end_date")
-            if start is not None and end is not None and start >= end:
-                raise InvalidRequest("start_date", "must be before end_date", status=400)
-        except (ServiceError, InvalidRequest) as exc:
+            start, end = date_range(request)
+        except ServiceError as exc:
             async with connect(request, "list_memories") as conn:
                 await existing(conn, bank_id)
-            context["error"] = exc.message if isinstance(exc, ServiceError) else str(exc)
+            context["error"] = exc.message
             return console.render(request, "memories.html", 400, **context)
         filters: dict[str, Any] = dict(
             fact_type=fact_type, document_id=document, tags=tags or None, tags_match="any_strict",
