@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .banks import _profile
-from .citus import DISTRIBUTED, has_citus
+from .citus import DISTRIBUTED
 
 #: the bank list, most recently written first: one statement, profiles and counts included (no
 #: window function: Citus would not push one down). The counts come from one grouped scan (a join on
@@ -183,7 +183,7 @@ LEFT JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND
 """
 
 
-async def bank_sizes(conn: AsyncConnection, memories: dict[str, int]) -> dict[str, int | None]:
+async def bank_sizes(conn: AsyncConnection, memories: dict[str, int], *, citus: bool) -> dict[str, int | None]:
     """An estimate of each bank's bytes on disk, read from the catalog only (nothing is scanned).
 
     Each table holding banks' rows has its size (``pg_total_relation_size``: heap, indexes, TOAST) shared
@@ -192,8 +192,9 @@ async def bank_sizes(conn: AsyncConnection, memories: dict[str, int]) -> dict[st
     where the coordinator's tables hold no rows and no statistics.
 
     :param memories: bank id -> how many memories it holds.
+    :param citus: whether the database is a Citus coordinator (known since the engine opened).
     """
-    if not memories or await has_citus(conn):
+    if not memories or citus:
         return {b: None for b in memories}
     tables = list(await conn.execute(text(_TABLE_SIZES), {"tables": list(DISTRIBUTED)}))
     all_memories = max([sum(memories.values()), 1] + [int(t.rows) for t in tables if t.name == "memory_units"])

@@ -68,7 +68,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
         offset = int_query(request, "offset", 0, MAX_OFFSET)
         async with connect(request, "listing banks") as conn:
             page, total = await bank_reads.bank_page(conn, search=search, limit=PAGE_SIZE, offset=offset)
-            sizes = await bank_reads.bank_sizes(conn, {b["bank_id"]: b["fact_count"] for b in page})
+            sizes = await bank_reads.bank_sizes(conn, {b["bank_id"]: b["fact_count"] for b in page},
+                                                citus=engine_of(request).db.citus)
         page = [{**b, "size": sizes[b["bank_id"]]} for b in page]
         return console.render(request, "banks.html", banks=page, total=total, q=search or "", offset=offset,
                               size=PAGE_SIZE)
@@ -264,7 +265,7 @@ async def _bank_page(request: Request, console: Console, *, error: str | None = 
     if profile is None:
         raise BankNotFound(bank_id)
     async with connect(request, "bank") as conn:
-        size = (await bank_reads.bank_sizes(conn, {bank_id: overview["memories"]}))[bank_id]
+        size = (await bank_reads.bank_sizes(conn, {bank_id: overview["memories"]}, citus=engine.db.citus))[bank_id]
     effective = engine.settings.for_bank(stats["config"]).bank_values()
     fields = []
     for name, info in BankSettings.model_fields.items():
