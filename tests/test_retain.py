@@ -172,15 +172,16 @@ async def test_migrations_are_recorded_and_idempotent(engine: Engine) -> None:
             "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_mu_source_ids' AND schemaname = current_schema()"))
         target = await conn.scalar(text("SELECT reloptions::text FROM pg_class WHERE oid = 'memory_units'::regclass"))
         by_type = await conn.scalar(text(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'idx_unit_entities_entity_type' "
-            "AND schemaname = current_schema()"))
+            "SELECT array_agg(indexname ORDER BY indexname) FROM pg_indexes WHERE indexname IN "
+            "('idx_unit_entities_entity_type', 'idx_unit_entities_reach') AND schemaname = current_schema()"))
         link_fks = await conn.scalar(text(
             "SELECT count(*) FROM pg_constraint WHERE conrelid = 'memory_links'::regclass AND contype = 'f'"))
     assert versions == sorted(MIGRATIONS)
     assert link_fks == 0  # migration 3: links are checked by construction, not per row
     assert "toast_tuple_target=8160" in target  # migration 4: rows and their vectors stay whole
     assert gin == 0  # migration 5: observation_sources replaced the GIN index
-    assert by_type == 1  # migration 6: entity pairs walk by (entity, fact type)
+    # migration 6: entity pairs walk by (entity, fact type); 17: with the bank, an index-only walk
+    assert by_type == ["idx_unit_entities_reach"]
 
 
 async def test_observation_sources_follow_retain_reretain_and_delete(engine: Engine, bank: str) -> None:

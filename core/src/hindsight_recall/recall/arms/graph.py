@@ -39,7 +39,7 @@ from typing import Any
 from ...hookspecs import hookimpl
 from ...protocols import RetrievalContext
 from ...settings import Settings
-from ...types import ArmResult
+from ...types import FACT_TYPES, ArmResult
 from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._compose import ArmStatement
@@ -194,28 +194,23 @@ def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[
         origin = ("SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN seeds ON ue.unit_id = seeds.seed_id "
                   "WHERE ue.bank_id = :bank_id")
         # the tag filter goes inside the per-entity cap, so invisible rows never use it up
-        reach_type = f"ue.fact_type = '{fact_type}' AND ue.unit_id NOT IN (SELECT seed_id FROM seeds)"
-        reach_filter, population = tag_sql, where
+        walk = _walk(fact_type, "AND ue.unit_id NOT IN (SELECT seed_id FROM seeds)", tag_sql)
+        population = where
     else:
         origin = (
             "SELECT DISTINCT ue.entity_id FROM unit_entities ue JOIN (SELECT DISTINCT unnest(seed_sources) "
             "AS source_id FROM seeds) ss ON ue.unit_id = ss.source_id WHERE ue.bank_id = :bank_id"
         )
         # source memories are hops, not answers: only the bank bounds them; the filter applies to
-        # the observations reached
-        reach_type, reach_filter = "ue.fact_type <> 'observation'", "TRUE"
+        # the observations reached. One ordered walk per source type, merged: each stops at its LIMIT.
+        walk = ("SELECT unit_id FROM (" + " UNION ALL ".join(
+            f"({_walk(ft, '', 'TRUE')})" for ft in FACT_TYPES if ft != "observation"
+        ) + ") w ORDER BY unit_id DESC LIMIT :entity_fetch")
         population = "bank_id = :bank_id AND fact_type <> 'observation'"
-    # An entity belongs to one bank and its pairs carry their fact type: memory_units is needed
-    # only to apply a tag filter.
-    join = ("" if reach_filter == "TRUE" else
-            "JOIN memory_units ON memory_units.bank_id = :bank_id AND memory_units.id = ue.unit_id ")
     kept = "count(*) <= :per_entity AND count(*) <= :fraction * (SELECT n FROM visible)" if guard else "TRUE"
     ctes = [
         f"origin_entities AS ({origin})",
-        "entity_reach AS (SELECT oe.entity_id, r.unit_id FROM origin_entities oe CROSS JOIN LATERAL ("
-        f"SELECT ue.unit_id FROM unit_entities ue {join}"
-        f"WHERE ue.bank_id = :bank_id AND ue.entity_id = oe.entity_id AND {reach_type} AND {reach_filter} "
-        "ORDER BY ue.unit_id DESC LIMIT :entity_fetch) r)",
+        f"entity_reach AS (SELECT oe.entity_id, r.unit_id FROM origin_entities oe CROSS JOIN LATERAL ({walk}) r)",
         "visible AS (SELECT count(*) AS n FROM "
         f"(SELECT 1 FROM memory_units WHERE {population} LIMIT :visible_cap) v)",
         f"kept_entities AS (SELECT entity_id FROM entity_reach GROUP BY entity_id HAVING {kept})",
@@ -234,6 +229,20 @@ def _entity_ctes(fact_type: str, where: str, tag_sql: str, guard: bool) -> list[
             "WHERE o.bank_id = :bank_id AND o.fact_type = 'observation' GROUP BY os.observation_id)"
         )
     return ctes
+
+
+def _walk(fact_type: str, exclude: str, tag_sql: str) -> str:
+    """An entity's memories of one fact type, newest id first, up to ``:entity_fetch``.
+
+    An entity belongs to one bank and its pairs carry their fact type and bank, so without a tag filter
+    the walk is an index-only scan of ``idx_unit_entities_reach`` that stops at the LIMIT;
+    ``memory_units`` is read only to apply a tag filter.
+    """
+    join = ("" if tag_sql == "TRUE" else
+            "JOIN memory_units ON memory_units.bank_id = :bank_id AND memory_units.id = ue.unit_id ")
+    return (f"SELECT ue.unit_id FROM unit_entities ue {join}"
+            f"WHERE ue.bank_id = :bank_id AND ue.entity_id = oe.entity_id AND ue.fact_type = '{fact_type}' "
+            f"{exclude} AND {tag_sql} ORDER BY ue.unit_id DESC LIMIT :entity_fetch")
 
 
 @hookimpl
