@@ -218,7 +218,10 @@ class Engine:
 
         :param bank_id: the bank.
         """
-        return await self._in_bank("delete_bank", bank_id, banks.delete_bank)
+        deleted = await self._in_bank("delete_bank", bank_id, banks.delete_bank)
+        if deleted:  # after the commit: its slot is free, and its indexes go
+            await ann.reclaim(self.db, self.settings)
+        return deleted
 
     async def create_bank(self, bank_id: str) -> bool:
         """Create an empty bank; False if it already existed.
@@ -252,8 +255,11 @@ class Engine:
         :param ids: the caller's memory ids (exact strings, as retained); unknown ids are ignored.
         """
         wanted = banks.validate_memory_ids(ids)
-        return await self._in_bank("forget", bank_id,
-                                   lambda conn, bank: banks.forget(conn, bank, wanted, self.text_search))
+        removed = await self._in_bank("forget", bank_id,
+                                      lambda conn, bank: banks.forget(conn, bank, wanted, self.text_search))
+        if removed:  # after the commit: a bank shrunk below half the index threshold gives its slot back
+            await ann.reclaim(self.db, self.settings, bank_id)
+        return removed
 
     async def _in_bank(self, what: str, bank_id: str, call: Callable[[AsyncConnection, str], Awaitable[T]]) -> T:
         """``call(conn, bank_id)`` on one connection, the id checked first and driver errors made ours."""

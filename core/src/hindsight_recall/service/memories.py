@@ -16,7 +16,7 @@ from ..errors import BankNotFound, QueryTooLong, RetainError
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..retain.memories import parse_datetime, parse_memory
-from ..store import banks, invalidated, listing, memory_edit
+from ..store import ann, banks, invalidated, listing, memory_edit
 from ..types import FACT_TYPES, Memory, TagsMatch
 from . import async_retain
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
@@ -254,6 +254,7 @@ async def update_memory(request: Request) -> Response:
             await invalidated.keep(conn, bank_id, edited, body.reason if retired is None or body.reason
                                    else retired["reason"])
             await banks.forget(conn, bank_id, [memory_id], engine.text_search)
+        await ann.reclaim(engine.db, engine.settings, bank_id)  # after the commit: a slot no longer needed
         return JSONResponse(await _current(engine, bank_id, memory_id))
     await engine.retain(bank_id, [edited], progress=False)
     if retired is not None:  # only once it is back: a failed retain leaves it invalidated, not lost
@@ -276,6 +277,8 @@ async def clear_memories(request: Request) -> Response:
     async with engine.db.connect() as conn:
         ids = await memory_edit.memory_ids(conn, bank_id, fact_type)
         deleted = await banks.forget(conn, bank_id, ids, engine.text_search) if ids else 0
+    if deleted:  # after the commit: a slot the bank no longer needs is given back
+        await ann.reclaim(engine.db, engine.settings, bank_id)
     scope = f" of type '{fact_type}'" if fact_type else ""
     return JSONResponse({"success": True, "message": f"Cleared {deleted} memory unit(s){scope} from bank '{bank_id}'",
                          "deleted_count": deleted})

@@ -16,6 +16,10 @@ it and builds again.
 
 When every slot is taken, or on Citus, a bank goes into the three shared indexes (``ann``) as
 before: its rows enter them one by one.
+
+A slot is given back when its bank is deleted, or shrinks below half the threshold: the bank is
+then ranked exactly, and claims a slot again once it reaches the threshold. :func:`reclaim` runs
+after the deleting commit and drops the indexes of slots no bank holds, so none are left behind.
 """
 
 from __future__ import annotations
@@ -155,6 +159,83 @@ async def _claim(conn: AsyncConnection, bank_id: str, slots: int) -> int | None:
     return None
 
 
+async def reclaim(db: Database, settings: Settings, bank_id: str | None = None) -> None:
+    """After a commit that deleted a bank or some of a bank's memories: a slotted bank left with
+    fewer than half of ``VECTOR_INDEX_MIN_ROWS`` memories gives its slot back, then the indexes of
+    every slot no bank holds are dropped (``DROP INDEX CONCURRENTLY``, which no transaction may hold).
+
+    A failure is logged, not raised: the delete is committed, and a slot held by a small bank or an
+    orphan index costs only space until the next call, bulk load or start.
+
+    :param db: the database.
+    :param settings: the threshold (``VECTOR_INDEX_MIN_ROWS``).
+    :param bank_id: the bank that lost memories; ``None`` after a bank was deleted.
+    """
+    if db.citus:
+        return
+    try:
+        if bank_id is not None:
+            await _release_if_small(db, bank_id, settings.vector_index_min_rows)
+        async with db.connect() as conn:
+            if not _orphans(await index_state(conn), await _held(conn)):
+                return
+        async with maintenance_turn(db) as conn:
+            dropped = await _drop_orphans(conn)
+        log.info("dropped the HNSW indexes %s of slots given back", dropped)
+    except Exception as exc:  # the delete is committed; what is left is dropped at the next chance
+        log.warning("giving back HNSW slots after a delete failed; the next delete, bulk load or start "
+                    "does it: %s", exc)
+
+
+async def _release_if_small(db: Database, bank_id: str, threshold: int) -> int | None:
+    """Give the bank's slot back if it holds fewer than half of ``threshold`` memories; the slot, if so.
+
+    Half, not the threshold itself: a bank hovering around the threshold would otherwise give its
+    slot back and claim it again, dropping and rebuilding three HNSW indexes each time.
+    """
+    keep = (threshold + 1) // 2  # rows < threshold / 2, in integers
+    async with db.connect() as conn:
+        slot = (await placement(conn, bank_id)).slot
+        if slot is None or await _rows(conn, bank_id, keep) >= keep:
+            return None
+        # the bank row's lock, as forget's: a retain in flight (which holds a key-share lock from
+        # before its placement) commits first, and the next one reads the placement left here
+        slot = await conn.scalar(text("SELECT ann_slot FROM banks WHERE bank_id = :bank FOR UPDATE"),
+                                 {"bank": bank_id})
+        if slot is None or await _rows(conn, bank_id, keep) >= keep:
+            return None
+        params = {"bank": bank_id}
+        await conn.execute(text(
+            "UPDATE memory_units SET ann_slot = NULL WHERE bank_id = :bank AND ann_slot IS NOT NULL"), params)
+        await conn.execute(text("UPDATE banks SET ann_slot = NULL, indexed = false WHERE bank_id = :bank"), params)
+    log.info("bank %r gave back HNSW slot %d", bank_id, slot)
+    return int(slot)
+
+
+async def _drop_orphans(conn: AsyncConnection) -> list[str]:
+    """In turn: drop the indexes of slots no bank holds; the names dropped.
+
+    Each slot is dropped under its claim lock (as :func:`_claim` takes it), so a load that claims the
+    slot meanwhile never loses the indexes its rows just entered: it skips the slot, or we do.
+    """
+    built = await index_state(conn)
+    dropped: list[str] = []
+    for slot in sorted({_slot_of(name) for name in _orphans(built, await _held(conn))}):
+        key = {"k": _slot_lock_key(slot)}
+        if not await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), key):
+            continue  # a load is claiming it: its rows are entering these indexes
+        try:
+            if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM banks WHERE ann_slot = :slot)"), {"slot": slot}):
+                continue  # claimed since the read above
+            names = [name for name in built if _slot_of(name) == slot]
+            for name in names:
+                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+            dropped += names
+        finally:
+            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), key)
+    return dropped
+
+
 async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings) -> set[int]:
     """Before a retain's transaction: drop the indexes its rows should not enter one by one.
 
@@ -186,10 +267,10 @@ async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings
         # again, in turn: a slot claimed meanwhile may be building its indexes
         built = await index_state(conn)
         names = [name for slot in sorted(rebuild) for name in slot_indexes(slot) if name in built]
-        if orphans:
-            names += _orphans(built, await _held(conn))
         for name in names:
             await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+        if orphans:
+            names += await _drop_orphans(conn)
     log.info("dropped HNSW indexes %s before a bulk load", names)
     return rebuild
 
@@ -204,9 +285,10 @@ async def build(db: Database, slots: Collection[int]) -> float:
             return 0.0
     started = time.perf_counter()
     async with maintenance_turn(db) as conn:
-        # again, in turn: an index that was being built (INVALID until done) may be valid by now
-        built = await index_state(conn)
-        todo = _missing(built, slots)
+        # again, in turn: an index that was being built (INVALID until done) may be valid by now, and
+        # a slot given back meanwhile is left alone (its indexes would be orphans)
+        built, held = await index_state(conn), await _held(conn)
+        todo = _missing(built, set(slots) & held)
         if not todo:
             return 0.0
         await raise_maintenance_memory(conn)
@@ -242,8 +324,7 @@ async def repair(db: Database) -> None:
     async with maintenance_turn(db) as conn:
         # again, in turn: a slot claimed meanwhile may be building its indexes
         built, held = await index_state(conn), await _held(conn)
-        for name in _orphans(built, held):
-            await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+        await _drop_orphans(conn)
     if _missing(built, held):
         log.warning("building the HNSW indexes of slots %s, left unbuilt by an interrupted load", sorted(held))
         await build(db, held)
