@@ -240,3 +240,25 @@ async def test_a_failed_bulk_load_builds_again_the_indexes_it_dropped(slotted: E
         await _load(slotted, "b", broken, vectors[300:])
     where, flags, built = await _state(slotted, "b")
     assert where.slot == 1 and flags == {(False, 1): 300} and all(built[name] for name in ann.slot_indexes(1))
+
+
+async def test_a_large_bank_recalled_alone_spreads_its_arms_over_a_statement_per_fact_type(
+    slotted: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hindsight_recall.recall import pipeline
+
+    memories, vectors = _data(THRESHOLD + 50, seed=5)
+    await _load(slotted, "big", memories, vectors)
+    question = memories[0].text
+
+    async def recall() -> tuple[list[str], dict[str, Any]]:
+        body = await slotted.recall("big", question, budget="mid", trace=True)
+        phase = next(p for p in body["trace"]["summary"]["phase_metrics"] if p["phase_name"] == "parallel_retrieval")
+        return [r["id"] for r in body["results"]], phase["details"]
+
+    alone, details = await recall()
+    assert details["composed"] == ["semantic", "graph"] and details["spread_by_fact_type"] is True
+    monkeypatch.setattr(pipeline, "_running", 1)  # another recall is running: the cores are busy
+    busy, details = await recall()
+    assert details["spread_by_fact_type"] is False
+    assert busy == alone and alone

@@ -247,6 +247,10 @@ async def test_composed_with_the_semantic_arm_it_searches_the_vectors_once(engin
 
     assert ranked(composed, "graph") == ranked(alone, "graph") and ranked(alone, "graph")["world"]
     assert ranked(composed, "semantic") == ranked(semantic_alone, "semantic")
+    # one statement per fact type, on connections of their own: the same rows
+    spread = await run_composed(ctx, statements, AnnSettings(), spread=True)
+    for arm in ("semantic", "graph"):
+        assert ranked(spread, arm) == ranked(composed, arm)
     # a semantic floor above the seeds' own: the seeds are no prefix of its list, so the arm searches them
     strict = GraphRetriever(engine.settings).statement(
         RetrievalContext(**{**ctx.__dict__, "min_semantic": 0.9}))

@@ -54,6 +54,19 @@ async def run_recall(engine: RecallServices, req: RecallRequest, semaphore_wait:
     """
     trace = Trace()
     trace.add("semaphore_wait", semaphore_wait)
+    global _running
+    _running += 1
+    try:
+        return await _answer(engine, req, trace)
+    finally:
+        _running -= 1
+
+
+#: recalls running in this process: one running alone may spread its statements over idle cores
+_running = 0
+
+
+async def _answer(engine: RecallServices, req: RecallRequest, trace: Trace) -> dict[str, Any]:
     req = _cap_query(engine, req)
     now = req.query_timestamp or datetime.now(UTC)
     # The question is read once, before any arm starts; its vector (the longest step before the
@@ -140,8 +153,12 @@ async def _recall(
         # arms that can be written as one statement go together (recall/arms/_compose.py)
         statements = {arm: st for arm in late if (st := arm.statement(ctx)) is not None} if len(late) > 1 else {}
         group = list(statements)
+        # A large bank's recall running alone spreads the composed statement over a connection per
+        # fact type; with other recalls running the cores are busy anyway, and each extra statement
+        # would add its checkout and planning (docs/benchmarks.md measures both).
+        spread = ctx.indexed and _running == 1
         if len(group) > 1:
-            together = _start_composed(group, list(statements.values()), ctx)
+            together = _start_composed(group, list(statements.values()), ctx, spread)
             tasks.update((arm.name, together) for arm in group)
         tasks.update((arm.name, _start(arm, ctx)) for arm in late if arm not in group)
         with trace.phase("parallel_retrieval") as details:
@@ -150,6 +167,7 @@ async def _recall(
             results = sorted((r for rs in gathered for r in rs), key=lambda r: order.index(r.arm))  # stable
             details.update(_arm_counts(results))
             details["composed"] = [arm.name for arm in group] if len(group) > 1 else []
+            details["spread_by_fact_type"] = spread and len(group) > 1
     finally:
         for task in tasks.values():
             task.cancel()
@@ -292,14 +310,15 @@ async def _embed(engine: RecallServices, query: str) -> list[float]:
 
 
 def _start_composed(
-    arms: list[Retriever], statements: list[ArmStatement], ctx: RetrievalContext
+    arms: list[Retriever], statements: list[ArmStatement], ctx: RetrievalContext, spread: bool
 ) -> asyncio.Task[list[ArmResult]]:
-    """Run arms as one statement, within ``DB_COMMAND_TIMEOUT``; apart when they cannot be composed
-    or the statement outlives an arm's own timeout (each arm's fallback then applies)."""
+    """Run arms as one statement (or one per fact type: ``spread``), within ``DB_COMMAND_TIMEOUT``;
+    apart when they cannot be composed or the statement outlives an arm's own timeout (each arm's
+    fallback then applies)."""
     async def run() -> list[ArmResult]:
         if composable(statements):
             try:
-                return await run_composed(ctx, statements, _COMPOSED_ANN)
+                return await run_composed(ctx, statements, _COMPOSED_ANN, spread=spread)
             except TimeoutError:
                 log.warning("arms %s took too long as one statement; running them apart",
                             ", ".join(arm.name for arm in arms))

@@ -37,30 +37,56 @@ def composable(statements: Sequence[ArmStatement]) -> bool:
     return True
 
 
-async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement], ann: AnnSettings) -> list[ArmResult]:
-    """Run the arms' statements as one UNION ALL on one connection; split rows by arm and fact type.
+async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement], ann: AnnSettings, *,
+                       spread: bool = False) -> list[ArmResult]:
+    """Run the arms' statements as one UNION ALL, or one per fact type; split rows by arm and fact type.
 
     Every sub-select keeps its own ORDER BY and LIMIT; a leading arm index (a literal from this
     code, not a value) tells the rows apart, and each arm's score is its sub-select's last column.
     CTEs of the same name are one CTE (:func:`composable` checked they agree).
+
+    :param spread: one statement per fact type, on as many connections as the recall's budget gives.
+        PostgreSQL runs one statement's branches one after the other, on one core; when cores are
+        idle and each fact type's part takes milliseconds of server time (a large bank), spreading
+        them costs the slowest part instead of their sum.
     """
-    parts = [f"SELECT {i} AS arm_index, q.* FROM {sub} AS q"
-             for i, st in enumerate(statements) for sub in st.subselects]
+    parts = [(i, sub) for i, st in enumerate(statements) for sub in st.subselects]
+    groups = _by_fact_type(statements, len(ctx.fact_types)) if spread else [parts]
     ctes = {name: sql for st in statements for name, sql in st.ctes.items()}
     params = {k: v for st in statements for k, v in st.params.items()}
     wanted = {k: v for st in statements for k, v in st.ann.items()}
     timeouts = [st.timeout for st in statements if st.timeout is not None]
-    async with ctx.db.connect() as conn:
-        async with asyncio.timeout(min(timeouts) if timeouts else None):
-            if wanted:
-                await ann.apply(conn, wanted)
-            started = time.perf_counter()
-            result = await conn.execute(text(with_ctes(ctes, " UNION ALL ".join(f"({p})" for p in parts))), params)
-            keys = tuple(result.keys())
-            rows = result.all()
-            duration = time.perf_counter() - started
-    read, at_type = row_reader(keys), keys.index("fact_type")
+    async with asyncio.timeout(min(timeouts) if timeouts else None):
+        # a CTE no sub-select of a statement names is never run: each statement may carry them all
+        ran = await asyncio.gather(*(_run(ctx, with_ctes(ctes, " UNION ALL ".join(
+            f"(SELECT {i} AS arm_index, q.* FROM {sub} AS q)" for i, sub in group)), params, wanted, ann)
+            for group in groups))
     hits: dict[tuple[int, str], list[Hit]] = {(i, ft): [] for i in range(len(statements)) for ft in ctx.fact_types}
-    for row in rows:
-        hits[(row[0], row[at_type])].append(Hit(read(row), float(row[-1])))
+    for keys, rows, _ in ran:
+        read, at_type = row_reader(keys), keys.index("fact_type")
+        for row in rows:
+            hits[(row[0], row[at_type])].append(Hit(read(row), float(row[-1])))
+    duration = max(seconds for _, _, seconds in ran)
     return [ArmResult(st.arm, ft, hits[(i, ft)], duration) for i, st in enumerate(statements) for ft in ctx.fact_types]
+
+
+def _by_fact_type(statements: Sequence[ArmStatement], types: int) -> list[list[tuple[int, str]]]:
+    """The sub-selects grouped by fact type: an arm with one sub-select per fact type (in the recall's
+    order, as the built-in arms write them) spreads over the groups; any other stays in the first."""
+    groups: list[list[tuple[int, str]]] = [[] for _ in range(max(types, 1))]
+    for i, st in enumerate(statements):
+        for k, sub in enumerate(st.subselects):
+            groups[k if len(st.subselects) == types else 0].append((i, sub))
+    return [g for g in groups if g]
+
+
+async def _run(ctx: RetrievalContext, sql: str, params: dict[str, Any], wanted: dict[str, str],
+               ann: AnnSettings) -> tuple[tuple[str, ...], Sequence[Any], float]:
+    async with ctx.db.connect() as conn:
+        if wanted:
+            await ann.apply(conn, wanted)
+        started = time.perf_counter()
+        result = await conn.execute(text(sql), params)
+        keys = tuple(result.keys())
+        rows = result.all()
+        return keys, rows, time.perf_counter() - started
