@@ -1,21 +1,36 @@
-"""The scale benchmark: a deterministic generator and a smoke run of ``bench scale`` end to end."""
+"""The scale benchmark: a deterministic generator, a smoke run of ``bench scale`` end to end, and runs on
+another server (``--database-url``), spread over banks and beside the embedded server."""
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import importlib.util
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from hindsight_recall.bench._report import markdown
 from hindsight_recall.bench._rerank_cost import DEFAULT_SHAPE, random_cross_encoder
-from hindsight_recall.bench.scale import int_list, percentiles, phase_seconds
+from hindsight_recall.bench._scale_banks import round_robin, spread
+from hindsight_recall.bench.scale import TABLES, ScaleOptions, int_list, percentiles, phase_seconds
 from hindsight_recall.bench.synthetic import DIMENSIONS, generate, queries
 from hindsight_recall.cli import main
+from hindsight_recall.store import banks
+from hindsight_recall.store.citus import DISTRIBUTED
+from hindsight_recall.testing.citus import driver_url
 from hindsight_recall.time.window import resolve_window
+from sqlalchemy import text
 
 
 def test_generator_is_deterministic() -> None:
@@ -128,3 +143,174 @@ def test_markdown_reports_the_reranker_only_when_measured() -> None:
 def test_bad_query_vectors_choice_is_refused() -> None:
     result = CliRunner().invoke(main, ["bench", "scale", "--sizes", "10k", "--query-vectors", "random"])
     assert result.exit_code == 2 and "--query-vectors" in result.output
+
+
+# --- on another server, spread over banks, beside the embedded server ----------------------------------------
+
+#: a run small enough for a test: 300 memories, a few questions, no cross-encoder and no plot
+TINY = ["bench", "scale", "--sizes", "300", "--queries", "3", "--budget", "mid", "--concurrency", "1,2",
+        "--no-reranker", "--no-plot", "--embeddings", "random", "--query-vectors", "synthetic"]
+
+
+async def _leftovers(engine: Any, prefix: str) -> dict[str, int]:
+    """Rows of banks named ``prefix...`` in every table that holds banks' rows."""
+    out = {}
+    async with engine.db.connect() as conn:
+        for table in DISTRIBUTED:
+            if await conn.scalar(text("SELECT to_regclass(:t)"), {"t": table}) is None:
+                continue
+            quoted = conn.dialect.identifier_preparer.quote(table)
+            out[table] = int(await conn.scalar(
+                text(f"SELECT count(*) FROM {quoted} WHERE starts_with(bank_id, :p)"), {"p": prefix}))
+    return {t: n for t, n in out.items() if n}
+
+
+async def _table_bytes(engine: Any) -> int:
+    async with engine.db.connect() as conn:
+        return int(await conn.scalar(text(
+            "SELECT sum(pg_total_relation_size(to_regclass(t))) FROM unnest(CAST(:t AS text[])) AS t"),
+            {"t": list(TABLES)}))
+
+
+async def _bank_stats(engine: Any, bank_id: str) -> dict[str, Any] | None:
+    async with engine.db.connect() as conn:
+        return await banks.bank_stats(conn, bank_id)
+
+
+def _invoke(args: list[str]) -> Any:
+    """The command line in a thread: it runs its own event loop, which this test's loop cannot host."""
+    return CliRunner().invoke(main, args)
+
+
+async def test_database_url_run_spreads_compares_and_leaves_the_server_as_found(
+        engine: Any, alice: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(tmp_path / "pg"))  # the embedded side of the run
+    before = await _bank_stats(engine, alice)
+    out = tmp_path / "out"
+    result = await asyncio.to_thread(_invoke, [*TINY, "--database-url", driver_url(engine), "--banks", "3",
+                                               "--compare-embedded", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "scale.json").read_text())
+    prefix = report["run"]
+    assert prefix.startswith("bench-scale-") and f"banks {prefix}-<size>-<n>" in result.output
+    (measured,), (embedded,) = report["sizes"], report["embedded"]["sizes"]
+    assert (measured["target"], embedded["target"]) == ("server", "embedded")
+    assert measured["banks"] == embedded["banks"] == 3 and "retained into 3 banks" in result.output
+    # the same data on both: the same links and rows
+    assert measured["database"]["links"] == embedded["database"]["links"] > 0
+    assert measured["database"]["shared_with_other_banks"] and not embedded["database"]["shared_with_other_banks"]
+    assert measured["database"]["bytes_per_memory"] > 0 and embedded["database"]["bytes_per_memory"] > 0
+    # the run's share of tables the server's other banks (alice's, at least) also fill
+    assert measured["database"]["total_bytes"] < await _table_bytes(engine)
+    for size in (measured, embedded):
+        assert size["recall"]["all arms"]["mid"]["n"] == 3 and size["recall"]["all arms"]["mid"]["mean_results"] > 0
+        assert [r["concurrency"] for r in size["concurrency"]] == [1, 2]
+        assert all(not r["errors"] for r in size["concurrency"])
+    (row,) = report["comparison"]
+    mid = next(r for r in row["recall"] if r["config"] == "all arms")
+    assert mid["p50_ratio"] == round(mid["p50_ms"] / mid["embedded_p50_ms"], 3)
+    assert [t["concurrency"] for t in row["throughput"]] == [1, 2]
+    assert "server / embedded: p50 (all arms, mid)" in result.output and "2 concurrent" in row["line"]
+    md = (out / "scale.md").read_text()
+    assert "## On the embedded single node" in md and "### Side by side: server / embedded" in md
+    assert await _leftovers(engine, prefix) == {}
+    assert await _bank_stats(engine, alice) == before
+    assert not (tmp_path / "pg" / "scale-300").exists()
+
+
+async def test_a_failed_or_interrupted_run_deletes_its_banks(engine: Any, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import hindsight_recall.bench._scale_recall as timed
+    import hindsight_recall.bench.scale as scale
+
+    prefix = f"bench-scale-t{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(scale, "run_prefix", lambda: prefix)
+    seen: dict[str, int] = {}
+
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        seen["rows"] = sum((await _leftovers(engine, prefix)).values())
+        raise RuntimeError("the latency pass broke")
+
+    monkeypatch.setattr(timed, "latency", broken)
+    result = await asyncio.to_thread(_invoke, [*TINY, "--database-url", driver_url(engine), "--banks", "2",
+                                               "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "the latency pass broke" in result.output
+    assert seen["rows"] > 300 and await _leftovers(engine, prefix) == {}
+
+    # Ctrl-C: the command in a process of its own, interrupted while it times recalls
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hindsight_recall.cli", *TINY, "--queries", "40", "--budget", "low,mid,high",
+        "--database-url", driver_url(engine), "--banks", "2", "--out", str(tmp_path / "out2"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
+    assert process.stdout is not None
+    lines = []
+    while not lines or "bytes per memory" not in lines[-1]:
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert line, "".join(lines)
+        lines.append(line)
+    interrupted = lines[0].split("banks ", 1)[1].split("-<size>")[0]
+    assert sum((await _leftovers(engine, interrupted)).values()) > 300
+    process.send_signal(signal.SIGINT)
+    rest = (await asyncio.wait_for(process.communicate(), 60))[0].decode()
+    assert process.returncode != 0 and "wrote" not in rest, rest
+    assert await _leftovers(engine, interrupted) == {}
+
+
+def test_spread_slices_the_bank_and_recalls_take_turns() -> None:
+    bank = generate(300, seed=0)
+    parts = spread(bank, 3, "p")
+    assert list(parts) == ["p-00000", "p-00001", "p-00002"]
+    assert [len(m) for m, _ in parts.values()] == [100, 100, 100]
+    assert [m.id for m, _ in parts.values() for m in m] == [m.id for m in bank.memories]
+    assert all(len(m) == len(v) for m, v in parts.values())
+    assert parts["p-00001"][0][0].text == bank.memories[100].text
+    (whole,) = spread(bank, 1, "p").values()
+    assert whole[0] is bank.memories  # one bank: the generated list itself, not a copy
+    assert len(spread(generate(10, seed=0), 6, "p")) == 5  # slices of two: the sixth would be empty
+    asked = round_robin(list(parts), 60)
+    assert set(asked[:3]) == set(parts) and {asked.count(b) for b in parts} == {20}
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    (["--banks", "0"], "--banks"),
+    (["--banks", "301"], "more than the smallest size (300 memories)"),
+    (["--database-url", "not a url"], "is not a PostgreSQL URL"),
+    (["--database-url", "mysql://u:secret@host/db"], "is not a PostgreSQL URL"),
+    (["--database-url", "postgresql://u@host:port/db"], "is not a PostgreSQL URL"),
+    (["--compare-embedded"], "--compare-embedded needs --database-url"),
+])
+def test_bad_scale_options_are_refused(extra: list[str], problem: str) -> None:
+    result = CliRunner().invoke(main, [*TINY, *extra])
+    assert result.exit_code == 2 and problem in result.output, result.output
+    assert "secret" not in result.output
+
+
+def test_scale_options_are_checked_in_code_too() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        ScaleOptions(sizes=[300], banks=0).check()
+    with pytest.raises(ValueError, match="smallest size"):
+        ScaleOptions(sizes=[1000, 300], banks=500).check()
+    ScaleOptions(sizes=[300], banks=300, database_url="postgresql://u:p@127.0.0.1:5432/db").check()
+
+
+def test_nox_has_the_citus_benchmark() -> None:
+    noxfile = Path(__file__).parent.parent / "noxfile.py"
+    tree = ast.parse(noxfile.read_text())
+    (session,) = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "bench_citus"]
+    decorator = ast.unparse(session.decorator_list[0])
+    assert decorator.startswith("nox.session(") and "default=False" in decorator and ast.get_docstring(session)
+    body = ast.unparse(session)
+    assert "hindsight_recall.testing.with_citus" in body and "pgserver" in body and "{url}" in body
+    nox = shutil.which("nox") or str(Path(sys.executable).parent / "nox")
+    if not Path(nox).exists():
+        pytest.skip("nox is not installed here: the session was only parsed")
+    listed = subprocess.run([nox, "-l", "-f", str(noxfile)], capture_output=True, text=True, check=True).stdout
+    assert "- bench_citus ->" in listed
+
+
+def test_with_citus_refuses_a_command_line_without_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from hindsight_recall.testing.with_citus import main as with_citus
+
+    assert with_citus([]) == 2 and with_citus(["hindsight-recall"]) == 2 and with_citus(["--"]) == 2
+    assert "{url}" in capsys.readouterr().err

@@ -276,8 +276,15 @@ def bench_locomo(memories: Path, queries: Path, budget: str, max_tokens: int, ou
               help="Search with the embedder's query vector, or the topic's synthetic one (--embeddings random).")
 @click.option("--reranker/--no-reranker", default=True, show_default=True,
               help="Also time the default cross-encoder's shape (random weights) on the capped candidates.")
+@click.option("--database-url", help="Run on this PostgreSQL or Citus coordinator instead of a fresh embedded "
+              "server, in banks of the run's own (bench-scale-<hex>-...), deleted after each size.")
+@click.option("--banks", "bank_count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Spread each size over this many banks; each recall asks one of them, in turn.")
+@click.option("--compare-embedded", is_flag=True,
+              help="With --database-url: also measure a fresh embedded server on the same data, side by side.")
 def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, query_count: int, seed: int,
-                out: Path, plot: bool, keep: bool, query_vectors: str, reranker: bool) -> None:
+                out: Path, plot: bool, keep: bool, query_vectors: str, reranker: bool, database_url: str | None,
+                bank_count: int, compare_embedded: bool) -> None:
     """Ingest synthetic banks of each size; time ingest, recall per phase and concurrent recalls."""
     from .bench.scale import ScaleOptions, int_list, run_scale
 
@@ -288,7 +295,9 @@ def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, que
         options = ScaleOptions(sizes=int_list(sizes), budgets=levels,
                                embeddings=embeddings, concurrency=int_list(concurrency), queries=query_count,
                                seed=seed, out=out, plot=plot, keep=keep, query_vectors=query_vectors,
-                               reranker=reranker)
+                               reranker=reranker, database_url=database_url, banks=bank_count,
+                               compare_embedded=compare_embedded)
+        options.check()
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     run(lambda: run_scale(options, echo=click.echo))

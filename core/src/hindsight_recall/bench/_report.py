@@ -41,19 +41,86 @@ def _hnsw_seconds(ingest: dict[str, Any]) -> float:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """Ingest, recall latency, phases and concurrency tables of a report.
+    """Ingest, recall latency, phases and concurrency tables of a report; with a comparison, the
+    tables of both servers and the ratios.
 
     :param report: what :func:`~hindsight_recall.bench.scale.run_scale` returns.
     """
-    sizes = report["sizes"]
-    out = ["### Ingest (one bulk retain into a new bank)", "",
-           "| memories | memories/s: load + links | + HNSW build | + embedding | load s | links s "
+    if not report.get("comparison"):
+        return _tables(report["sizes"])
+    target = report["comparison"][0]["target"]
+    return "\n".join([f"## On the {target} server", "", _tables(report["sizes"]),
+                      "## On the embedded single node (the same data, in the same run)", "",
+                      _tables(report["embedded"]["sizes"]), *_ratios(report["comparison"])]) + "\n"
+
+
+def comparison(measured: dict[str, Any], embedded: dict[str, Any]) -> dict[str, Any]:
+    """One size's recall p50 / p95 and throughput on the measured server against the embedded single
+    node, with their ratios and a one-line summary (``line``).
+
+    :param measured: a size of a report (on ``--database-url``).
+    :param embedded: the same size on the embedded server.
+    """
+    recall = []
+    for config, budgets in measured["recall"].items():
+        for budget, row in budgets.items():
+            base = embedded["recall"][config][budget]
+            recall.append({"config": config, "budget": budget,
+                           **{f"{k}_ms": row[k] for k in ("p50", "p95")},
+                           **{f"embedded_{k}_ms": base[k] for k in ("p50", "p95")},
+                           **{f"{k}_ratio": _ratio(row[k], base[k]) for k in ("p50", "p95")}})
+    throughput = []
+    for a, b in zip(measured["concurrency"], embedded["concurrency"], strict=True):
+        per_s, base_per_s = a["throughput_per_s"], b["throughput_per_s"]
+        throughput.append({"concurrency": a["concurrency"], "per_s": per_s, "embedded_per_s": base_per_s,
+                           "ratio": _ratio(per_s, base_per_s)})
+    target = measured["target"]
+    headline = next((r for r in recall if r["config"] == "all arms" and r["budget"] == "mid"), recall[0])
+    line = (f"{target} / embedded: p50 ({headline['config']}, {headline['budget']}) {headline['p50_ms']:.1f} / "
+            f"{headline['embedded_p50_ms']:.1f} ms = {_times(headline['p50_ratio'])}"
+            + "".join(f"; {t['concurrency']} concurrent {t['per_s']:.1f} / {t['embedded_per_s']:.1f} recalls/s = "
+                      f"{_times(t['ratio'])}" for t in throughput))
+    return {"memories": measured["memories"], "banks": measured["banks"], "target": target, "recall": recall,
+            "throughput": throughput, "line": line}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def _times(ratio: float | None) -> str:
+    return "–" if ratio is None else f"{ratio:.2f}×"
+
+
+def _ratios(rows: list[dict[str, Any]]) -> list[str]:
+    target = rows[0]["target"]
+    out = ["### Side by side: " + target + " / embedded", "",
+           f"| memories | banks | configuration | budget | {target} p50 / p95 ms | embedded p50 / p95 ms "
+           "| p50 ratio | p95 ratio |", "|---:|---:|---|---|---:|---:|---:|---:|"]
+    for c in rows:
+        for r in c["recall"]:
+            out.append(f"| {_size(c['memories'])} | {c['banks']} | {r['config']} | {r['budget']} | "
+                       f"{r['p50_ms']:.1f} / {r['p95_ms']:.1f} | "
+                       f"{r['embedded_p50_ms']:.1f} / {r['embedded_p95_ms']:.1f} "
+                       f"| {_times(r['p50_ratio'])} | {_times(r['p95_ratio'])} |")
+    out += ["", f"| memories | banks | concurrency | {target} recalls/s | embedded recalls/s | ratio |",
+            "|---:|---:|---:|---:|---:|---:|"]
+    for c in rows:
+        for t in c["throughput"]:
+            out.append(f"| {_size(c['memories'])} | {c['banks']} | {t['concurrency']} | {t['per_s']:.1f} | "
+                       f"{t['embedded_per_s']:.1f} | {_times(t['ratio'])} |")
+    return ["", *out]
+
+
+def _tables(sizes: list[dict[str, Any]]) -> str:
+    out = ["### Ingest (one bulk retain into new banks)", "",
+           "| memories | banks | memories/s: load + links | + HNSW build | + embedding | load s | links s "
            "| HNSW build s | links per memory | bytes per memory |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in sizes:
         i, d = s["ingest"], s["database"]
         est = " (est.)" if i.get("embedding_estimated") else ""
-        out.append(f"| {_size(s['memories'])} | {load_and_links(s):,.0f} | "
+        out.append(f"| {_size(s['memories'])} | {s.get('banks', 1)} | {load_and_links(s):,.0f} | "
                    f"{i['per_second_without_embedding']:,.0f} | "
                    f"{i['per_second_with_embedding']:,.0f}{est} | {i['load_seconds']:.1f} | "
                    f"{i['link_seconds']:.1f} | "
