@@ -168,6 +168,29 @@ def bench_http(session: nox.Session) -> None:
     run_against_upstream(session, "hindsight_recall.bench.http")
 
 
+#: what bench_citus runs after ``--database-url <coordinator>`` unless posargs replace it
+BENCH_CITUS = ("--banks", "50", "--sizes", "50000", "--embeddings", "random", "--query-vectors", "synthetic",
+               "--budget", "mid", "--no-reranker", "--compare-embedded", "--out", "bench-out/citus")
+
+
+@nox.session(python="3.11", default=False)
+def bench_citus(session: nox.Session) -> None:
+    """bench scale on a Citus coordinator and two workers beside the embedded single node, in one run."""
+    install(session, "matplotlib>=3.8")  # the plot (core[bench])
+    scale = ["hindsight-recall", "bench", "scale", "--database-url"]
+    args = session.posargs or BENCH_CITUS
+    # Ctrl-C: nox waits for the benchmark to delete its banks and the cluster to stop, instead of killing them
+    wait = {"interrupt_timeout": 120.0, "env": OFFLINE}
+    url = os.environ.get("HINDSIGHT_TEST_DATABASE_URL_CITUS", "").strip()
+    if url:
+        session.log("bench_citus: against HINDSIGHT_TEST_DATABASE_URL_CITUS")
+        session.run(*scale, url, *args, **wait)
+        return
+    # built and started as tests(citus) does: the build first (its progress shows), then the cluster
+    session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", "citus")
+    session.run("python", "-m", "hindsight_recall.testing.with_citus", "--", *scale, "{url}", *args, **wait)
+
+
 @nox.session(python="3.11", default=False)
 def bench_upstream(session: nox.Session) -> None:
     """Side by side with upstream Hindsight 1.1.0 (installed from PyPI) on the LoCoMo dev banks."""
