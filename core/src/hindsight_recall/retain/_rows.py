@@ -16,8 +16,13 @@ from ..store._bincopy import bank_column, copy_columns, driver_connection
 from ..store.chunks import escape_part
 from ..store.schema import of_document
 from ..types import Memory
+from ._array_inserts import insert_pairs
 
 _NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
+#: Rows inserted from bound arrays are joined to their bank's row: on Citus the insert is then planned on
+#: the bank's shard as one command (from the arrays alone, the coordinator would first ship the rows
+#: into an intermediate result, and commit in two phases).
+_BANK_AND = "banks b CROSS JOIN"
 
 
 #: characters that make a joined name ambiguous; names holding one are length-prefixed instead
@@ -66,13 +71,34 @@ async def check_references(
                     raise RetainError(line, field_name, f"{ref!r} is not a memory id in bank {bank_id!r}")
 
 
+async def clear_rewritten(conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID]) -> None:
+    """What rewritten memories had, gone before they are written again: their entity pairs, their
+    observation sources and the links they made (one statement: one command on Citus)."""
+    await conn.execute(text(
+        "WITH pairs AS (DELETE FROM unit_entities WHERE bank_id = :bank AND unit_id = ANY(:ids)), "
+        "sources AS (DELETE FROM observation_sources WHERE bank_id = :bank AND observation_id = ANY(:ids)) "
+        "DELETE FROM memory_links WHERE bank_id = :bank AND ((from_unit_id = ANY(:ids) AND link_type IN "
+        "('semantic', 'temporal', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by'))"
+    ), {"bank": bank_id, "ids": ids})
+
+
+async def write_sources(conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory]) -> None:
+    """Observation sources: one row per (source, observation) pair; none when no memory names sources."""
+    pairs = sorted({(unit_id(bank_id, s), uid) for uid, m in zip(ids, memories, strict=True) for s in m.source_ids})
+    if not pairs:
+        return
+    await conn.execute(text(
+        "INSERT INTO observation_sources (source_id, observation_id, bank_id) "
+        "SELECT u.s, u.o, b.bank_id FROM banks b CROSS JOIN unnest(CAST(:sources AS uuid[]), "
+        "CAST(:observations AS uuid[])) AS u(s, o) WHERE b.bank_id = :bank"
+    ), {"bank": bank_id, "sources": [p[0] for p in pairs], "observations": [p[1] for p in pairs]})
+
+
 async def write_entities(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory], *, fresh: bool
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory], *, citus: bool = False
 ) -> None:
-    """Entity rows (once per bank and case-folded name) and unit-entity pairs, by binary COPY in id order."""
-    if not fresh:  # a new bank's rows have no entity rows yet
-        await conn.execute(text("DELETE FROM unit_entities WHERE bank_id = :bank AND unit_id = ANY(:ids)"),
-                           {"bank": bank_id, "ids": ids})
+    """Entity rows (once per bank and case-folded name) and unit-entity pairs, by binary COPY in id order
+    (on Citus by an insert of bound arrays: a COPY would commit the transaction in two phases)."""
     names: dict[uuid.UUID, str] = {}
     # names differing only in case share an entity: dedupe; the pair keeps its memory's fact type
     pairs: dict[tuple[bytes, bytes], str] = {}
@@ -85,12 +111,15 @@ async def write_entities(
         return
     await conn.execute(
         text(
-            "INSERT INTO entities (id, bank_id, canonical_name) "
-            "SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:banks AS text[]), CAST(:names AS text[])) "
+            f"INSERT INTO entities (id, bank_id, canonical_name) SELECT u.id, b.bank_id, u.name FROM {_BANK_AND} "
+            "unnest(CAST(:ids AS uuid[]), CAST(:names AS text[])) AS u(id, name) WHERE b.bank_id = :bank "
             "ON CONFLICT ON CONSTRAINT entities_pkey DO NOTHING"
         ),
-        {"ids": list(names), "banks": [bank_id] * len(names), "names": list(names.values())},
+        {"bank": bank_id, "ids": list(names), "names": list(names.values())},
     )
+    if citus:
+        await insert_pairs(conn, bank_id, pairs)
+        return
     raw = await driver_connection(conn)
     bank = bank_column(bank_id, len(pairs))
     for fact_type in sorted(set(pairs.values())):  # binary COPY text is fixed-width: one COPY per type
@@ -165,9 +194,9 @@ async def write_chunks(
         await conn.execute(
             text(
                 "INSERT INTO chunks (chunk_id, document_id, bank_id, chunk_index, chunk_text) "
-                "SELECT c, d, :bank, i, t FROM unnest(CAST(:ids AS text[]), CAST(:docs AS text[]), "
-                "CAST(:idx AS int[]), CAST(:texts AS text[])) AS u(c, d, i, t) "
-                "ON CONFLICT (bank_id, chunk_id) DO UPDATE SET chunk_text = excluded.chunk_text"
+                f"SELECT u.c, u.d, b.bank_id, u.i, u.t FROM {_BANK_AND} unnest(CAST(:ids AS text[]), "
+                "CAST(:docs AS text[]), CAST(:idx AS int[]), CAST(:texts AS text[])) AS u(c, d, i, t) "
+                "WHERE b.bank_id = :bank ON CONFLICT (bank_id, chunk_id) DO UPDATE SET chunk_text = excluded.chunk_text"
             ),
             {"bank": bank_id, "ids": list(new), "docs": [v[0] for v in new.values()],
              "idx": [v[1] for v in new.values()], "texts": [v[2] for v in new.values()]},
@@ -187,8 +216,8 @@ async def write_documents(conn: AsyncConnection, bank_id: str, memories: Sequenc
     # the time goes in with the row: Citus runs no function in an upsert's SET on the workers
     await conn.execute(text(
         "INSERT INTO documents (bank_id, document_id, created_at, updated_at) "
-        "SELECT :bank, d, :now, :now FROM unnest(CAST(:docs AS text[])) AS d "
-        "ON CONFLICT (bank_id, document_id) DO UPDATE SET updated_at = excluded.updated_at"
+        f"SELECT b.bank_id, d, :now, :now FROM {_BANK_AND} unnest(CAST(:docs AS text[])) AS d "
+        "WHERE b.bank_id = :bank ON CONFLICT (bank_id, document_id) DO UPDATE SET updated_at = excluded.updated_at"
     ), {"bank": bank_id, "docs": docs, "now": datetime.now(UTC)})
     if fresh:
         return

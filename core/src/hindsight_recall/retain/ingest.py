@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -35,18 +35,21 @@ from ..store.vector_types import register_vector
 from ..textsearch import backend_parameters
 from ..tokens import TokenCounter
 from ..types import Memory
+from ._array_inserts import insert_links, insert_units
 from ._embed import embed_passages
-from ._rows import check_references, write_chunks, write_documents, write_entities
+from ._open_bank import OpenBank, open_bank
+from ._rows import check_references, clear_rewritten, write_chunks, write_documents, write_entities, write_sources
 from ._rows import entity_id as entity_id  # re-exported: the ids are part of the retain API
 from ._rows import unit_id as unit_id
 from .links import (
     Links,
     causal_links,
     copy_links,
+    count_bound,
     epochs,
-    semantic_links,
+    existing_bank_links,
     semantic_pairs,
-    temporal_links,
+    set_index_search,
     temporal_pairs,
     uuid_keys,
 )
@@ -210,6 +213,11 @@ class Ingestor:
             # placement (`indexed`, `ann_slot`) and its rows' flags in step.
             for key in sorted({_bank_lock_key(b) for b, ms in batches.items() if ms}):
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            # once per connection, and before any row: on Citus the type lookup's savepoint then stays
+            # on the coordinator instead of going to the worker
+            await register_vector(await driver_connection(conn))
+            if self.db.citus:  # sent now, these go with the worker's BEGIN instead of costing commands later
+                await set_index_search(conn)
             offset = 0
             for bank_id, memories in batches.items():
                 if not memories:
@@ -219,8 +227,8 @@ class Ingestor:
                 if where.slot is not None:
                     placed.add(where.slot)
                 offset += len(memories)
-            # the planner's estimate of the table's rows
-            table_rows = await conn.scalar(text(
+            # the planner's estimate of the table's rows (on Citus the coordinator holds none)
+            table_rows = 0 if self.db.citus else await conn.scalar(text(
                 "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = 'memory_units'::regclass"
             ))
         slots |= placed
@@ -267,12 +275,15 @@ class Ingestor:
         stats: RetainStats,
     ) -> ann.Placement:
         t0 = time.perf_counter()
-        _, created = await banks.ensure_bank(conn, bank_id)
+        ids = [unit_id(bank_id, m.id) for m in memories]
+        # the bank's memories are counted as far as placement and link finding need to know
+        upto = max(self.settings.vector_index_min_rows - len(memories), count_bound(len(memories)))
+        bank = await open_bank(conn, bank_id, ids, upto)
+        created = bank.created
         # before the load, so its rows are written flagged, not updated after
         t_index = time.perf_counter()
-        where = await ann.place(conn, bank_id, len(memories), self.settings, citus=self.db.citus)
+        where = await self._place(conn, bank_id, len(memories), bank)
         stats.index_seconds += time.perf_counter() - t_index
-        ids = [unit_id(bank_id, m.id) for m in memories]
         await check_references(conn, bank_id, memories, lines)
         dates = [m.occurred_start or m.mentioned_at or m.occurred_end for m in memories]
         pending: asyncio.Future[tuple[list[Links], float]] | None = None
@@ -285,9 +296,11 @@ class Ingestor:
             chunk_ids = await write_chunks(conn, bank_id, memories)
             after = {} if created else await _document_ends(conn, bank_id, ids, memories, chunk_ids)
             places = positions(memories, chunk_ids, after)
-            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, fresh=created,
+            if bank.present:  # rewritten memories: what they had goes first
+                await clear_rewritten(conn, bank_id, ids)
+            await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, bank=bank,
                                     where=where)
-            await write_entities(conn, bank_id, ids, memories, fresh=created)
+            await write_entities(conn, bank_id, ids, memories, citus=self.db.citus)
             await write_documents(conn, bank_id, memories, fresh=created)
             t2 = time.perf_counter()
             stats.load_seconds += t2 - t0
@@ -295,7 +308,9 @@ class Ingestor:
                 computed, seconds = await pending
                 stats.link_compute_seconds += seconds
             else:
-                computed = await self._existing_bank_links(conn, bank_id, ids, vectors, dates)
+                computed = await existing_bank_links(
+                    conn, bank_id, ids, dates, self.settings.semantic_link_min_similarity,
+                    total=bank.total_after(len(ids)), where=where, search_set=self.db.citus)
                 stats.link_compute_seconds += time.perf_counter() - t2
             stats.links += await self._write_links(conn, bank_id, ids, memories, computed)
             stats.link_seconds += time.perf_counter() - t2
@@ -318,31 +333,41 @@ class Ingestor:
                  temporal_pairs(keys, times, everything)]
         return links, time.perf_counter() - started
 
-    async def _existing_bank_links(
-        self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], vectors: np.ndarray,
-        dates: Sequence[datetime | None],
-    ) -> list[Links]:
-        """Links of new rows in a bank that already had rows: the bank's other rows are read back."""
-        await conn.execute(
-            text(
-                "DELETE FROM memory_links WHERE bank_id = :bank AND ((from_unit_id = ANY(:ids) AND link_type IN "
-                "('semantic', 'temporal', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by'))"
-            ),
-            {"bank": bank_id, "ids": ids},
-        )
-        return [await semantic_links(conn, bank_id, ids, vectors, self.settings.semantic_link_min_similarity),
-                await temporal_links(conn, bank_id, ids, dates)]
+    async def _place(self, conn: AsyncConnection, bank_id: str, adding: int, bank: OpenBank) -> ann.Placement:
+        """The bank's placement for this load: as read, unless the load makes it reach
+        ``VECTOR_INDEX_MIN_ROWS`` (then :func:`~hindsight_recall.store.ann.place` flags it into an index)."""
+        where = bank.placement
+        if where.slot is not None or where.shared or bank.rows + adding < self.settings.vector_index_min_rows:
+            return where
+        return await ann.place(conn, bank_id, adding, self.settings, citus=self.db.citus)
 
     async def _write_units(
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
-        vectors: np.ndarray, chunk_ids: list[str | None], places: list[int | None], *, fresh: bool,
+        vectors: np.ndarray, chunk_ids: list[str | None], places: list[int | None], *, bank: OpenBank,
         where: ann.Placement,
     ) -> None:
-        """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert.
+        """The memories' rows with their term statistics and observation sources.
 
         Rows are written in id order: the primary key then fills page by page, and the entity pairs'
         foreign-key checks (also sent in id order) read the table in order.
         """
+        order = sorted(range(len(ids)), key=lambda i: ids[i].bytes)
+        rows = [self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i], where, places[i])
+                for i in order]
+        # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
+        upsert = "" if bank.created else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
+        if bank.present:  # only rows the bank holds have counts to take out
+            await term_stats.count_out(conn, self.backend, bank_id, ids)
+        if self.db.citus:
+            await insert_units(conn, bank_id, rows, self.backend.write_expression("u.document"),
+                               self._backend_params, upsert=upsert, now=datetime.now(UTC))
+        else:
+            await self._copy_units(conn, rows, upsert)
+        await term_stats.count_in(conn, self.backend, bank_id, None if bank.created else ids)
+        await write_sources(conn, bank_id, ids, memories)
+
+    async def _copy_units(self, conn: AsyncConnection, rows: list[tuple[Any, ...]], upsert: str) -> None:
+        """Binary COPY into a staging table (vectors go as raw floats, not text), then one insert."""
         raw = await driver_connection(conn)
         await register_vector(raw)
         await conn.execute(text(
@@ -351,13 +376,8 @@ class Ingestor:
         stage = f"COPY retain_stage ({_UNIT_COLUMNS}, document) FROM STDIN (FORMAT BINARY)"
         async with raw.cursor().copy(stage) as copy:
             copy.set_types(_STAGE_TYPES)
-            for i in sorted(range(len(ids)), key=lambda i: ids[i].bytes):
-                await copy.write_row(self._stage_row(bank_id, ids[i], memories[i], vectors[i], chunk_ids[i],
-                                                     where, places[i]))
-        # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
-        upsert = "" if fresh else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
-        if not fresh:
-            await term_stats.count_out(conn, self.backend, bank_id, ids)
+            for row in rows:
+                await copy.write_row(row)
         await conn.execute(text(
             f"INSERT INTO memory_units ({_UNIT_COLUMNS}, search_vector, updated_at) "
             f"SELECT id, bank_id, external_id, fact_type, text, context, embedding, "
@@ -366,17 +386,6 @@ class Ingestor:
             f"{self.backend.write_expression('document')}, now() "
             f"FROM retain_stage{upsert}"
         ), self._backend_params)
-        await term_stats.count_in(conn, self.backend, bank_id, None if fresh else ids)
-        if not fresh:
-            await conn.execute(text(
-                "DELETE FROM observation_sources WHERE bank_id = :bank "
-                "AND observation_id IN (SELECT id FROM retain_stage)"
-            ), {"bank": bank_id})
-        await conn.execute(text(
-            "INSERT INTO observation_sources (source_id, observation_id, bank_id) "
-            "SELECT DISTINCT s.source_id, r.id, r.bank_id "
-            "FROM retain_stage r CROSS JOIN LATERAL unnest(r.source_memory_ids) AS s(source_id)"
-        ))
         await conn.execute(text("TRUNCATE retain_stage"))
 
     def _stage_row(
@@ -402,9 +411,12 @@ class Ingestor:
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
         computed: list[Links],
     ) -> int:
-        """Semantic and temporal links by binary COPY (none exist from these rows now); causal by upsert."""
-        written = await copy_links(conn, bank_id, computed)
+        """Semantic and temporal links by binary COPY (none exist from these rows now); causal by upsert.
+        On Citus all of them in one insert of bound arrays (see :mod:`._array_inserts`)."""
         causal = causal_links(ids, [[unit_id(bank_id, c) for c in m.causes] for m in memories])
+        if self.db.citus:
+            return await insert_links(conn, bank_id, [c for c in computed if len(c)], causal)
+        written = await copy_links(conn, bank_id, computed)
         if not causal:
             return written
         raw = await driver_connection(conn)

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..store import ann
@@ -33,6 +33,10 @@ INDEX_MIN_ROWS = 20_000
 INDEX_RATIO = 500
 #: new rows per HNSW statement
 INDEX_BATCH = 200
+#: the bank's rows dated within TEMPORAL_HOURS of the new rows' first and last date, and their epoch
+_NEAR = ("bank_id = %s AND event_date BETWEEN %s::timestamptz - %s * interval '1 hour' "
+         "AND %s::timestamptz + %s * interval '1 hour'")
+_EPOCH = "extract(epoch FROM event_date)::float8"
 
 
 @dataclass(frozen=True)
@@ -121,72 +125,124 @@ def temporal_pairs(keys: np.ndarray, times: np.ndarray, queries: np.ndarray) -> 
     return Links("temporal", keys[sources], keys[targets], np.maximum(0.3, 1.0 - deltas / limit))
 
 
-async def semantic_links(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], vectors: np.ndarray, floor: float
-) -> Links:
-    """Semantic links of new rows already written to an existing bank.
+def count_bound(batch: int) -> int:
+    """How far a bank's memories need counting to tell whether a batch of ``batch`` asks the index."""
+    return max(INDEX_MIN_ROWS, INDEX_RATIO * batch) + 1
+
+
+async def existing_bank_links(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], dates: Sequence[datetime | None], floor: float,
+    *, total: int, where: ann.Placement, search_set: bool = False,
+) -> list[Links]:
+    """Semantic and temporal links of new rows already written to an existing bank.
+
+    The bank's vectors and the dates near the new rows' come back in one statement (one command to
+    the bank's worker on Citus), each part planned as it would be on its own; a small batch into a
+    big bank asks the bank's HNSW indexes for neighbours instead of reading its vectors, every fact
+    type's index in the same statement.
 
     :param conn: the retain transaction (the rows are written, the bank's indexes exist).
     :param bank_id: the bank.
     :param ids: the new rows' ids.
-    :param vectors: their vectors (unused when the bank's vectors are read back).
+    :param dates: their dates (``event_date``).
     :param floor: SEMANTIC_LINK_MIN_SIMILARITY.
+    :param total: the bank's memories with the new rows (at least INDEX_MIN_ROWS, when there are more).
+    :param where: the bank's placement in this transaction.
+    :param search_set: :func:`set_index_search` ran in this transaction already.
     """
-    total = await conn.scalar(text("SELECT count(*) FROM memory_units WHERE bank_id = :bank"), {"bank": bank_id})
+    known = [d for d in dates if d is not None]
+    near = [bank_id, min(known), TEMPORAL_HOURS, max(known), TEMPORAL_HOURS] if known else None
+    wanted = uuid_keys(ids)
     # only a bank in HNSW indexes can be asked through them (VECTOR_INDEX_MIN_ROWS may be set above
     # INDEX_MIN_ROWS; a slot's indexes are missing while a bulk load rebuilds them)
-    if total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids):
-        where = await ann.placement(conn, bank_id)
-        if await ann.searchable(conn, where):
-            return await _semantic_by_index(conn, bank_id, ids, floor, where.predicate("m"))
-    raw = await driver_connection(conn)
-    await register_vector(raw)  # vectors arrive as numpy arrays in binary, not text to parse
-    cursor = raw.cursor(binary=True)
-    await cursor.execute(
-        "SELECT id, embedding FROM memory_units WHERE bank_id = %s AND embedding IS NOT NULL", (bank_id,)
-    )
-    rows = await cursor.fetchall()
-    if len(rows) < 2:
-        return Links("semantic", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
-    keys = uuid_keys([r[0] for r in rows])
-    matrix = np.stack([np.asarray(r[1].to_numpy() if hasattr(r[1], "to_numpy") else r[1], dtype=np.float32)
-                       for r in rows])
-    queries = _positions(keys, uuid_keys(ids))
-    return await asyncio.to_thread(semantic_pairs, keys, matrix, queries, floor)
+    if total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids) and await ann.searchable(conn, where):
+        if not search_set:
+            await set_index_search(conn)
+        semantic, dated = await _by_index(conn, bank_id, ids, floor, where.predicate("m"), near)
+    else:
+        semantic, dated = await _by_reading(conn, bank_id, wanted, floor, near)
+    if near is None:
+        return [semantic, Links("temporal", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))]
+    keys = uuid_keys([r[0] for r in dated])
+    times = np.array([r[1] for r in dated], dtype=np.float64)
+    return [semantic, temporal_pairs(keys, times, _positions(keys, wanted))]
 
 
-async def _semantic_by_index(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float, indexed: str
-) -> Links:
-    """Ask the bank's HNSW indexes (``indexed``: their row predicate) for new rows' neighbours,
-    INDEX_BATCH rows a statement.
+async def set_index_search(conn: AsyncConnection) -> None:
+    """The HNSW settings of the neighbour search, for the rest of the transaction.
 
-    A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default);
-    shared ones hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
+    On Citus a ``SET LOCAL`` made before the transaction's first command travels to the worker with
+    its ``BEGIN``; made later, each costs a command of its own.
     """
     from ..recall.arms._ann import set_local  # late: retain rarely asks the index
-    from ..types import FACT_TYPES
 
     await conn.exec_driver_sql(set_local({"hnsw.ef_search": str(SEMANTIC_NEIGHBOURS * 2),
                                           "hnsw.iterative_scan": "strict_order"}))
 
+
+async def _by_reading(
+    conn: AsyncConnection, bank_id: str, wanted: np.ndarray, floor: float, near: list[Any] | None
+) -> tuple[Links, list[tuple[uuid.UUID, float]]]:
+    """Semantic links from every vector of the bank, and the (id, epoch) of its rows dated ``near``."""
+    raw = await driver_connection(conn)
+    await register_vector(raw)  # vectors arrive as numpy arrays in binary, not text to parse
+    cursor = raw.cursor(binary=True)
+    statement = ("SELECT id, embedding, CAST(NULL AS float8) FROM memory_units WHERE bank_id = %s "
+                 "AND embedding IS NOT NULL")
+    if near is not None:
+        statement += f" UNION ALL SELECT id, CAST(NULL AS vector), {_EPOCH} FROM memory_units WHERE {_NEAR}"
+    await cursor.execute(statement, [bank_id, *(near or ())])
+    rows = await cursor.fetchall()
+    vectors = [r for r in rows if r[1] is not None]
+    semantic = Links("semantic", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
+    if len(vectors) >= 2:
+        keys = uuid_keys([r[0] for r in vectors])
+        matrix = np.stack([np.asarray(r[1].to_numpy() if hasattr(r[1], "to_numpy") else r[1], dtype=np.float32)
+                           for r in vectors])
+        semantic = await asyncio.to_thread(semantic_pairs, keys, matrix, _positions(keys, wanted), floor)
+    return semantic, [(r[0], r[2]) for r in rows if r[2] is not None]
+
+
+async def _by_index(
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float, indexed: str, near: list[Any] | None
+) -> tuple[Links, list[tuple[uuid.UUID, float]]]:
+    """Ask the bank's HNSW indexes (``indexed``: their row predicate) for new rows' neighbours,
+    INDEX_BATCH rows a statement, every fact type's index in it; the first statement also brings the
+    (id, epoch) of the bank's rows dated ``near``.
+
+    A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default);
+    shared ones hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
+    """
+    from ..types import FACT_TYPES
+
     # the fact type and the index predicate are plain predicates so each lateral matches its partial index
-    statement = text(
-        "SELECT q.id AS source, n.id AS target, 1 - n.distance AS similarity FROM memory_units q "
+    branches = [
+        "SELECT q.id AS source, n.id AS target, 1 - n.distance AS value FROM memory_units q "
         "CROSS JOIN LATERAL (SELECT m.id, m.embedding <=> q.embedding AS distance FROM memory_units m "
-        f"WHERE m.bank_id = :bank AND m.fact_type = :fact_type AND {indexed} AND m.embedding IS NOT NULL "
-        "ORDER BY m.embedding <=> q.embedding LIMIT :k) n "
-        "WHERE q.bank_id = :bank AND q.id = ANY(:ids) AND q.embedding IS NOT NULL AND n.id <> q.id "
-        "AND 1 - n.distance >= :floor"
-    )
+        f"WHERE m.bank_id = %(bank)s AND m.fact_type = %(type_{i})s AND {indexed} AND m.embedding IS NOT NULL "
+        "ORDER BY m.embedding <=> q.embedding LIMIT %(k)s) n "
+        "WHERE q.bank_id = %(bank)s AND q.id = ANY(%(ids)s) AND q.embedding IS NOT NULL AND n.id <> q.id "
+        "AND 1 - n.distance >= %(floor)s"
+        for i in range(len(FACT_TYPES))
+    ]
+    dates = (f" UNION ALL SELECT CAST(NULL AS uuid), id, {_EPOCH} FROM memory_units WHERE "
+             + _NEAR.replace("%s", "%(near_{})s").format(*range(5)))
     best: dict[uuid.UUID, list[tuple[float, uuid.UUID]]] = {}
-    for i in range(0, len(ids), INDEX_BATCH):
-        for fact_type in FACT_TYPES:
-            params = {"bank": bank_id, "fact_type": fact_type, "ids": ids[i : i + INDEX_BATCH],
-                      "k": SEMANTIC_NEIGHBOURS + 1, "floor": floor}
-            result = await conn.execute(statement, params)
-            for row in result:
-                best.setdefault(row.source, []).append((float(row.similarity), row.target))
+    dated: list[tuple[uuid.UUID, float]] = []
+    raw = await driver_connection(conn)
+    cursor = raw.cursor()
+    for start in range(0, len(ids), INDEX_BATCH):
+        first = start == 0 and near is not None
+        params: dict[str, Any] = {"bank": bank_id, "ids": ids[start : start + INDEX_BATCH],
+                                  "k": SEMANTIC_NEIGHBOURS + 1, "floor": floor,
+                                  **{f"type_{i}": t for i, t in enumerate(FACT_TYPES)},
+                                  **({f"near_{i}": v for i, v in enumerate(near or ())} if first else {})}
+        await cursor.execute(" UNION ALL ".join(branches) + (dates if first else ""), params)
+        for source, target, value in await cursor.fetchall():
+            if source is None:
+                dated.append((target, value))
+            else:
+                best.setdefault(source, []).append((float(value), target))
     sources: list[uuid.UUID] = []
     targets: list[uuid.UUID] = []
     weights: list[float] = []
@@ -195,34 +251,7 @@ async def _semantic_by_index(
             sources.append(source)
             targets.append(target)
             weights.append(min(1.0, sim))
-    return Links("semantic", uuid_keys(sources), uuid_keys(targets), np.array(weights, dtype=np.float64))
-
-
-async def temporal_links(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], dates: Sequence[datetime | None]
-) -> Links:
-    """Temporal links of new rows already written to an existing bank; reads only dates near theirs.
-
-    :param conn: the retain transaction.
-    :param bank_id: the bank.
-    :param ids: the new rows' ids.
-    :param dates: their dates (``event_date``).
-    """
-    known = [d for d in dates if d is not None]
-    if not known:
-        return Links("temporal", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
-    raw = await driver_connection(conn)
-    cursor = raw.cursor(binary=True)
-    await cursor.execute(
-        "SELECT id, extract(epoch FROM event_date)::float8 FROM memory_units WHERE bank_id = %s "
-        "AND event_date BETWEEN %s::timestamptz - %s * interval '1 hour' "
-        "AND %s::timestamptz + %s * interval '1 hour'",
-        (bank_id, min(known), TEMPORAL_HOURS, max(known), TEMPORAL_HOURS),
-    )
-    rows = await cursor.fetchall()
-    keys = uuid_keys([r[0] for r in rows])
-    times = np.array([r[1] for r in rows], dtype=np.float64)
-    return temporal_pairs(keys, times, _positions(keys, uuid_keys(ids)))
+    return Links("semantic", uuid_keys(sources), uuid_keys(targets), np.array(weights, dtype=np.float64)), dated
 
 
 def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -4,7 +4,10 @@
 raw psycopg ones, COPY included) and every command the coordinator passes on to the workers. It then
 plans each statement again with ``EXPLAIN`` and the same parameters and fails when a plan has more
 than one task (it would run on every shard), and fails when a worker ran a command on a shard that
-does not hold the bank.
+does not hold the bank. Given ``max_commands``, it also fails when the coordinator sent the call's
+commands to more than one worker, or more commands than that: each statement of a transaction costs
+at least one command, and so do ``BEGIN`` and the commit (two, ``PREPARE`` and ``COMMIT PREPARED``, when
+the transaction wrote over a COPY).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
+
+from ..store.citus import DISTRIBUTED
 
 T = TypeVar("T")
 
@@ -32,27 +37,59 @@ def driver_url(engine: Any) -> str:
     return sqlalchemy_url(engine.db.url).replace("postgresql+psycopg://", "postgresql://", 1)
 
 
+@dataclass(frozen=True)
+class RemoteCommand:
+    """One command the coordinator sent to a worker."""
+
+    #: the worker, as ``host:port``
+    node: str
+    #: the command's text (with the shards' names)
+    text: str
+
+
 @dataclass
 class Statements:
     """Every statement the engine sent while recording, with its parameters (COPY included)."""
 
     sent: list[tuple[str, Any]] = field(default_factory=list)
-    #: the commands the coordinator sent on to the workers meanwhile (``citus.log_remote_commands``)
+    #: the coordinator's notices meanwhile (``citus.log_remote_commands``): its commands to the workers,
+    #: and the other notices of those connections
     remote: list[str] = field(default_factory=list)
+    #: the commands among them, with the worker each went to
+    commands: list[RemoteCommand] = field(default_factory=list)
     watched: set[int] = field(default_factory=set)
+
+    def listing(self) -> str:
+        """The commands, one a line, numbered (for failure messages)."""
+        return "\n".join(f"{i:3d}. {c.node}: {c.text[:160]}" for i, c in enumerate(self.commands, start=1))
+
+
+#: the detail of a remote-command notice names the worker: "on server user@host:port connectionId: n"
+_SERVER = re.compile(r"on server \S*?@?([^@\s]+:\d+)")
+
+
+def _noted(record: Statements, notice: Any) -> None:
+    message = notice.message_primary or ""
+    record.remote.append(message)
+    if message.startswith("issuing "):
+        found = _SERVER.search(notice.message_detail or "")
+        record.commands.append(RemoteCommand(found.group(1) if found else "?", message[len("issuing "):]))
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[Statements]:
+def recording(into: Statements | None = None) -> Iterator[Statements]:
     """Record what every psycopg cursor executes or copies (SQLAlchemy's and the raw ones), and what
-    the coordinator sends on to the workers for it (on connections first used while recording)."""
-    record = Statements()
+    the coordinator sends on to the workers for it (on connections first used while recording).
+
+    :param into: record into this (fresh: a new one).
+    """
+    record = into if into is not None else Statements()
     execute, copy = psycopg.AsyncCursor.execute, psycopg.AsyncCursor.copy
 
     async def recorded_execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
         if id(self.connection) not in record.watched:
             record.watched.add(id(self.connection))
-            self.connection.add_notice_handler(lambda d: record.remote.append(d.message_primary or ""))
+            self.connection.add_notice_handler(lambda d: _noted(record, d))
             await execute(self, "SET citus.log_remote_commands = on")
         record.sent.append((str(query), params))
         return await execute(self, query, params, **kw)
@@ -87,8 +124,7 @@ class Verdict:
 
 
 #: a shard's name: its table's and the shard id (six digits or more; not an alias such as memory_units_1)
-_SHARD = re.compile(
-    r"\b(?:banks|memory_units|entities|chunks|unit_entities|memory_links|observation_sources)_(\d{6,})\b")
+_SHARD = re.compile(rf"\b(?:{'|'.join(DISTRIBUTED)})_(\d{{6,}})\b")
 
 
 async def foreign_shards(url: str, bank_id: str, remote: list[str]) -> list[str]:
@@ -144,7 +180,24 @@ async def explain_all(url: str, schema: str, statements: list[tuple[str, Any]]) 
     return verdict
 
 
-async def check_routed(engine: Any, bank_id: str, call: Awaitable[T], what: str) -> tuple[T, Verdict]:
+def check_one_worker(record: Statements, what: str, max_commands: int | None = None) -> None:
+    """Fail when the recorded commands went to more than one worker, or number more than ``max_commands``.
+
+    :raises AssertionError: listing every command with its worker.
+    """
+    nodes = sorted({c.node for c in record.commands})
+    if len(nodes) > 1:
+        raise AssertionError(f"{what}: commands went to {len(nodes)} workers ({', '.join(nodes)}):\n"
+                             f"{record.listing()}")
+    if max_commands is not None and len(record.commands) > max_commands:
+        raise AssertionError(f"{what}: {len(record.commands)} remote commands, more than {max_commands}:\n"
+                             f"{record.listing()}")
+
+
+async def check_routed(
+    engine: Any, bank_id: str, call: Awaitable[T], what: str, *, max_commands: int | None = None,
+    record: Statements | None = None,
+) -> tuple[T, Verdict]:
     """Run ``call``; fail if one of its statements plans, or one of its worker commands ran, off the
     shards that hold ``bank_id``.
 
@@ -152,10 +205,13 @@ async def check_routed(engine: Any, bank_id: str, call: Awaitable[T], what: str)
     :param bank_id: the one bank the call is about.
     :param call: the call, not yet awaited (e.g. ``engine.recall(bank, "...")``).
     :param what: names the call in failure messages.
+    :param max_commands: also fail when the call's commands went to more than one worker, or number more.
+    :param record: a :class:`Statements` to record into (the caller reads the commands afterwards).
     :raises AssertionError: naming the first statement that would run on more than one shard (with
-        its plan), or the first worker command on another bank's shard.
+        its plan), the first worker command on another bank's shard, or listing the commands that
+        went to a second worker or past ``max_commands``.
     """
-    with recording() as record:
+    with recording(record) as record:
         result = await call
     url = driver_url(engine)
     verdict = await explain_all(url, engine.settings.database_schema, record.sent)
@@ -169,4 +225,6 @@ async def check_routed(engine: Any, bank_id: str, call: Awaitable[T], what: str)
         raise AssertionError(f"{what}: a worker ran a command on another bank's shard: {elsewhere[0]}")
     if not any(_SHARD.search(c) for c in record.remote):
         raise AssertionError(f"{what}: no command reached a shard")
+    if max_commands is not None:
+        check_one_worker(record, what, max_commands)
     return result, verdict
