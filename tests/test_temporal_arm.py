@@ -21,6 +21,7 @@ from hindsight_recall.recall.arms.temporal import (
 from hindsight_recall.settings import Settings
 from hindsight_recall.store.banks import set_bank_config
 from hindsight_recall.types import Hit, MemoryRow, TimeWindow
+from sqlalchemy import text
 
 YEAR = TimeWindow(datetime(2023, 1, 1, tzinfo=UTC), datetime(2023, 12, 31, 23, 59, 59, tzinfo=UTC))
 SPRING = ("2023-03-01T00:00:00Z", "2023-05-31T23:59:59Z")
@@ -230,18 +231,29 @@ async def test_spreading_stops_at_the_node_budget(engine: Engine, bank: str) -> 
     assert len(temporal_ids(body)) == 13  # B = 13: ten entry points, then three neighbours
 
 
-async def test_temporal_links_are_followed_both_ways(engine: Engine, bank: str) -> None:
-    # retained later, "evening" holds the only link between the two: evening -> morning
-    await engine.retain(bank, [{"id": "morning", "text": "Alice gave a talk at the conference.",
-                                "occurred_at": "2023-04-15T10:00:00Z"}])
-    await engine.retain(bank, [{"id": "evening", "text": "Alice had dinner with the conference speakers.",
-                                "occurred_at": "2023-04-15T20:00:00Z"}])
-    window = ("2023-04-15T00:00:00Z", "2023-04-15T12:00:00Z")
+async def test_neighbours_in_time_are_read_from_the_dates_both_ways_within_a_day(engine: Engine, bank: str) -> None:
+    await engine.retain(bank, [
+        {"id": "morning", "text": "Alice gave a talk at the conference.", "occurred_at": "2023-04-15T10:00:00Z"},
+        {"id": "evening", "text": "Alice had dinner with the conference speakers.",
+         "occurred_at": "2023-04-15T20:00:00Z"},
+        {"id": "next-night", "text": "Alice flew home from the conference.", "occurred_at": "2023-04-16T22:00:00Z"},
+        {"id": "journal", "type": "experience", "text": "I met Alice at the conference dinner.",
+         "occurred_at": "2023-04-15T21:00:00Z"},
+    ])
+    async with engine.db.connect() as conn:  # nothing stored is needed: the dates are the links
+        await conn.execute(text("DELETE FROM memory_links WHERE bank_id = :b AND link_type = 'temporal'"), {"b": bank})
     query = "What did Alice do at the conference?"
-    body = await engine.recall(bank, query, temporal_window=window, trace=True)
-    scores = {r["node_id"]: r["score"] for r in temporal_results(body)["world"]}
-    evening = relevance(await similarity(engine, query, "Alice had dinner with the conference speakers."), 0.0)
-    assert scores["evening"] == pytest.approx(evening, abs=1e-5)  # reached backwards; its own proximity is 0
+    for window, entry, reached in ((("2023-04-15T00:00:00Z", "2023-04-15T12:00:00Z"), "morning", "evening"),
+                                   (("2023-04-15T18:00:00Z", "2023-04-15T20:30:00Z"), "evening", "morning")):
+        body = await engine.recall(bank, query, temporal_window=window, trace=True)
+        world = temporal_results(body)["world"]
+        scores = {r["node_id"]: r["score"] for r in world}
+        # later and earlier alike; over a day away (next-night) or of another type (journal), never
+        assert set(scores) == {entry, reached}
+        text_of = {"evening": "Alice had dinner with the conference speakers.",
+                   "morning": "Alice gave a talk at the conference."}
+        assert scores[reached] == pytest.approx(relevance(await similarity(engine, query, text_of[reached]), 0.0),
+                                                abs=1e-5)  # its own proximity: 0, outside the window
 
 
 async def test_spreading_follows_causal_chains_for_at_most_five_rounds(engine: Engine, bank: str) -> None:

@@ -408,11 +408,25 @@ async def _v17_rows(upgrade: Upgrade) -> None:
     await upgrade.execute(f"DROP INDEX {how}IF EXISTS idx_unit_entities_entity_type")
 
 
+def _v18(dimensions: int) -> list[str]:
+    return []  # an index and a row deletion: online, by _v18_rows
+
+
+async def _v18_rows(upgrade: Upgrade) -> None:
+    # The temporal arm reads a memory's neighbours in time from the dates themselves (one index range
+    # per side) instead of stored links: the links were 20 of every 27 rows of memory_links, most of
+    # the bytes on disk per memory and of the retain's link work.
+    await upgrade.create_indexes({
+        "idx_mu_event_date": "memory_units (bank_id, fact_type, event_date, id) WHERE event_date IS NOT NULL"})
+    await upgrade.in_batches("DELETE FROM memory_links WHERE link_type = 'temporal' "
+                             "AND from_unit_id > :after AND from_unit_id <= :upto")
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
-    14: _v14, 15: _v15, 16: _v16, 17: _v17,
+    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18,
 }
 
 
@@ -428,7 +442,7 @@ DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _
 #: row rewrites in batches, indexes built concurrently, so recalls and retains go on meanwhile. Each
 #: step is idempotent: an upgrade stopped half-way resumes at the next start.
 ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {
-    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill, 14: _v14_rows, 17: _v17_rows,
+    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill, 14: _v14_rows, 17: _v17_rows, 18: _v18_rows,
 }
 
 

@@ -5,8 +5,10 @@
 2. Up to 10 entry points taken round-robin over 8 equal time buckets, so one busy week cannot
    crowd out the rest of the window.
 3. Each row's proximity to the window's midpoint becomes its ``temporal_proximity``.
-4. Spreading from the entry points along temporal and causal links finds related rows that may lie
-   outside the window, one statement per round for every fact type.
+4. Spreading from the entry points to the memories nearest them in time (read from the dates: the
+   nearest 20 of the same type on each side within 24 hours, weighted ``max(0.3, 1 − Δh/24)``) and
+   along causal links finds related rows that may lie outside the window, one statement per round
+   for every fact type.
 
 Departure from upstream Hindsight: the arm ranks by relevance, not by closeness to the window's middle. A
 row's score is its similarity to the query plus ``PROXIMITY_WEIGHT`` × its proximity (for a row
@@ -45,6 +47,9 @@ ENTRY_POINTS = 10
 MAX_ROUNDS = 5
 BATCH_SIZE = 20
 LINKS_PER_NODE = 10
+#: neighbours in time: the nearest memories of a node's type on each side within this many hours
+NEIGHBOURS_PER_SIDE = 20
+NEIGHBOUR_HOURS = 24.0
 MIN_LINK_WEIGHT = 0.1
 DECAY = 0.7
 FRONTIER_MIN = 0.2
@@ -63,7 +68,7 @@ _TOUCHES_WINDOW = (
     f"({OCCURRED_RANGE} && tstzrange(:window_start, :window_end, '[]') "
     "OR mentioned_at BETWEEN :window_start AND :window_end)"
 )
-_LINK_TYPES = ", ".join(f"'{t}'" for t in LINK_FACTORS)
+_CAUSAL_TYPES = ", ".join(f"'{t}'" for t in LINK_FACTORS if t != "temporal")
 
 
 def bucket_of(date: datetime | None, window: TimeWindow, buckets: int = BUCKETS) -> int:
@@ -248,7 +253,8 @@ class TemporalRetriever:
             kinds = [ft for ft, batch in batches.items() for _ in batch]
             result = await conn.execute(sql, {
                 **params, "frontier": parents, "kinds": kinds, "visited": list(visited),
-                "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT,
+                "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT, "per_side": NEIGHBOURS_PER_SIDE,
+                "hours": NEIGHBOUR_HOURS,
             })
             read = row_reader(tuple(result.keys()))
             rows = [(read(r), r._mapping) for r in result.all()]
@@ -281,21 +287,27 @@ def _pool_sql(ctx: RetrievalContext, fact_type: str) -> str:
 
 
 def _neighbours_sql(ctx: RetrievalContext) -> str:
-    # Each frontier node carries its fact type (`kind`); its neighbours must share it. Temporal links
-    # are symmetric but retain stores them from the newer memory only, so they are also followed
-    # backwards; causal links are stored both ways already (causes / caused_by).
+    # Each frontier node carries its fact type (`kind`); its neighbours must share it. Neighbours in
+    # time are read from the dates (idx_mu_event_date), not stored: the node's NEIGHBOURS_PER_SIDE
+    # nearest memories of its type before and after it within NEIGHBOUR_HOURS, weighted
+    # max(0.3, 1 − Δh/24). Causal links are stored, both ways (causes / caused_by).
+    side = ("(SELECT m.id, m.event_date FROM memory_units m WHERE m.bank_id = :bank_id AND m.fact_type = f.kind "
+            "AND m.event_date {cmp} AND m.id <> f.parent ORDER BY m.event_date {order}, m.id {order} "
+            "LIMIT :per_side)")
+    hours = "CAST(:hours AS float8) * interval '1 hour'"
+    before = side.format(cmp=f"BETWEEN p.event_date - {hours} AND p.event_date", order="DESC")
+    after = side.format(cmp=f"> p.event_date AND m.event_date <= p.event_date + {hours}", order="ASC")
     return (
         f"SELECT f.parent, n.* FROM unnest(CAST(:frontier AS uuid[]), CAST(:kinds AS text[])) "
-        f"AS f(parent, kind) CROSS JOIN LATERAL ("
+        f"AS f(parent, kind) JOIN memory_units p ON p.bank_id = :bank_id AND p.id = f.parent CROSS JOIN LATERAL ("
         f"SELECT {COLUMNS}, l.link_type, l.weight, 1 - {DISTANCE} AS similarity FROM ("
         f"SELECT to_unit_id AS child, link_type, weight FROM memory_links "
         f"WHERE bank_id = :bank_id AND from_unit_id = f.parent "
-        f"AND link_type IN ({_LINK_TYPES}) AND weight >= :min_weight "
-        f"UNION SELECT from_unit_id, link_type, weight FROM memory_links "
-        f"WHERE bank_id = :bank_id AND to_unit_id = f.parent "
-        f"AND link_type = 'temporal' AND weight >= :min_weight) AS l "
+        f"AND link_type IN ({_CAUSAL_TYPES}) AND weight >= :min_weight "
+        f"UNION ALL SELECT near.id, 'temporal', greatest(0.3, 1 - abs(extract(epoch FROM near.event_date - "
+        f"p.event_date)::float8) / (3600 * CAST(:hours AS float8))) FROM ({before} UNION ALL {after}) AS near) AS l "
         f"JOIN memory_units ON memory_units.id = l.child "
-        f"WHERE bank_id = :bank_id AND fact_type = f.kind AND {ctx.filter.sql} "
+        f"WHERE memory_units.bank_id = :bank_id AND memory_units.fact_type = f.kind AND {ctx.filter.sql} "
         f"AND embedding IS NOT NULL AND 1 - {DISTANCE} >= :floor "
         f"AND NOT (memory_units.id = ANY(CAST(:visited AS uuid[]))) "
         f"ORDER BY l.weight DESC, memory_units.id LIMIT :per_node) AS n"
