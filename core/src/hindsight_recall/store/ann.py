@@ -215,25 +215,26 @@ async def _release_if_small(db: Database, bank_id: str, threshold: int) -> int |
 async def _drop_orphans(conn: AsyncConnection) -> list[str]:
     """In turn: drop the indexes of slots no bank holds; the names dropped.
 
-    Each slot is dropped under its claim lock (as :func:`_claim` takes it), so a load that claims the
-    slot meanwhile never loses the indexes its rows just entered: it skips the slot, or we do.
+    A load claims a slot without the turn, so one may claim a slot while its indexes are dropped, its
+    build after the commit having found them still valid: slots held by the end are built again here.
     """
-    built = await index_state(conn)
-    dropped: list[str] = []
-    for slot in sorted({_slot_of(name) for name in _orphans(built, await _held(conn))}):
-        key = {"k": _slot_lock_key(slot)}
-        if not await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), key):
-            continue  # a load is claiming it: its rows are entering these indexes
-        try:
-            if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM banks WHERE ann_slot = :slot)"), {"slot": slot}):
-                continue  # claimed since the read above
-            names = [name for name in built if _slot_of(name) == slot]
-            for name in names:
-                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-            dropped += names
-        finally:
-            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), key)
-    return dropped
+    names = _orphans(await index_state(conn), await _held(conn))
+    for name in names:
+        await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+    claimed = {_slot_of(name) for name in names} & await _held(conn)
+    if claimed:
+        built = await index_state(conn)
+        await _create(conn, built, _missing(built, claimed))
+    return names
+
+
+async def _create(conn: AsyncConnection, built: Mapping[str, bool], todo: Mapping[str, str]) -> None:
+    """In turn: build the indexes (name -> body), dropping an INVALID one of the same name first."""
+    await raise_maintenance_memory(conn)
+    for name, body in todo.items():
+        if name in built:
+            await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
+        await conn.execute(text(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {body}"))
 
 
 async def before_load(db: Database, sizes: Mapping[str, int], settings: Settings) -> set[int]:
@@ -291,11 +292,7 @@ async def build(db: Database, slots: Collection[int]) -> float:
         todo = _missing(built, set(slots) & held)
         if not todo:
             return 0.0
-        await raise_maintenance_memory(conn)
-        for name, body in todo.items():
-            if name in built:
-                await conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {name}"))
-            await conn.execute(text(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {body}"))
+        await _create(conn, built, todo)
     seconds = time.perf_counter() - started
     log.info("built %d HNSW indexes of slots %s in %.1f s", len(todo), sorted(set(slots)), seconds)
     return seconds
