@@ -2,11 +2,16 @@
 
 - Every statement a single-bank call sends runs on one shard: each call's statements are recorded as
   the engine sends them and planned again with ``EXPLAIN`` and the same parameters; one that would run
-  on more than one shard (``Task Count`` above 1) fails the test with its text and plan.
+  on more than one shard (``Task Count`` above 1) fails the test with its text and plan. The commands
+  the coordinator passes on are read from its log: all to the worker holding the bank, and few.
+- Keyword term selection reads the bank's own counts: the same on one node and on the cluster, and
+  another bank's memories change nothing.
+- The checks at start (the citus extension, the distributed tables) run once per process.
 - A single-server store is distributed with its rows, and recalls as before.
 - Backends: one not declared ``citus_compatible`` is refused at start; the compliance suite runs for
   every installed backend that declares it (and checks the declaration on the cluster).
-- Growing the cluster: one more worker and a rebalance while other banks retain and recall.
+- Growing the cluster: one more worker and a rebalance while four clients retain and recall; nothing is
+  lost or doubled, and each bank's rows end on one worker.
 
 Without a coordinator (``HINDSIGHT_TEST_DATABASE_URL`` pointing at one, as ``nox -s 'tests(citus)'`` sets
 it) these tests skip; under ``tests(citus)`` (``HINDSIGHT_TEST_CITUS=1``) they fail instead.
@@ -30,7 +35,17 @@ from hindsight_recall.settings import Settings
 from hindsight_recall.store import banks, schema, term_stats
 from hindsight_recall.store.citus import DISTRIBUTED, REFERENCE, compatible_backends
 from hindsight_recall.testing import TextSearchBackendSuite
-from hindsight_recall.testing.citus import check_routed, driver_url, explain_all, first_word, recording
+from hindsight_recall.testing.citus import (
+    RemoteCommand,
+    Statements,
+    check_one_worker,
+    check_routed,
+    driver_url,
+    explain_all,
+    first_word,
+    recording,
+)
+from hindsight_recall.testing.suite import keyword_hits
 from hindsight_recall_native import NativeBackend
 from sqlalchemy import text
 
@@ -124,6 +139,59 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
         assert not await conn.scalar(text("SELECT count(*) FROM term_stats WHERE bank_id = :b"), {"b": bank})
 
 
+#: the most commands a retain of one memory into an existing bank may send to the workers (BEGIN and the
+#: commit included); it sends 9: the bank's row, the memory, its term counts, entities, entity pairs,
+#: the read its links need, the links
+RETAIN_COMMANDS = 10
+ONE = {"id": "sail", "text": "Carol sails with Alice on Sundays.", "entities": ["Carol", "Alice"],
+       "tags": ["hobby"], "occurred_at": "2023-09-03T00:00:00Z"}
+
+
+async def _holder(engine: Engine, bank: str) -> str:
+    """The worker (host:port) holding the bank's memories."""
+    async with engine.db.connect() as conn:
+        row = (await conn.execute(text(
+            "SELECT nodename, nodeport FROM citus_shards WHERE shardid = "
+            "get_shard_id_for_distribution_column('memory_units', CAST(:bank AS text))"), {"bank": bank})).one()
+    return f"{row.nodename}:{row.nodeport}"
+
+
+async def test_a_recall_and_a_one_memory_retain_send_few_commands_all_to_the_banks_worker(
+    citus_engine: Engine,
+) -> None:
+    """Read from the coordinator's log of what it sends on: a one-memory retain into an existing bank and
+    a recall send every command to the worker holding the bank (none to the other, none to every
+    shard), and the retain at most RETAIN_COMMANDS."""
+    engine, bank = citus_engine, f"route-{uuid.uuid4().hex[:10]}"
+    await engine.retain(bank, ALICE)
+    retained, again, recalled = Statements(), Statements(), Statements()
+    await check_routed(engine, bank, engine.retain(bank, [ONE]), "retain of one memory into an existing bank",
+                       max_commands=RETAIN_COMMANDS, record=retained)
+    await check_routed(engine, bank, engine.retain(bank, [ONE]), "the same memory retained again", record=again)
+    body, _ = await check_routed(engine, bank, engine.recall(bank, "Who sails on Sundays?"), "recall",
+                                 record=recalled)
+    assert "sail" in [r["id"] for r in body["results"]]
+    holder = await _holder(engine, bank)
+    for record in (retained, again, recalled):
+        assert {c.node for c in record.commands} == {holder}, record.listing()
+    # a rewrite adds what it clears first (entity pairs, sources, links) and its old term counts
+    assert len(again.commands) <= RETAIN_COMMANDS + 2, again.listing()
+    await engine.delete_bank(bank)
+
+
+def test_the_command_count_fails_a_call_past_its_limit_or_on_a_second_worker() -> None:
+    """The check itself, on recorded commands: past the limit, or on two workers, it fails listing them."""
+    record = Statements()
+    assert "more than" not in record.listing()
+    record.commands.extend(RemoteCommand("10.0.0.1:5432", f"SELECT {i}") for i in range(3))
+    check_one_worker(record, "three", 3)
+    with pytest.raises(AssertionError, match=r"three: 3 remote commands, more than 2:\n  1\. 10\.0\.0\.1:5432: "):
+        check_one_worker(record, "three", 2)
+    record.commands.append(RemoteCommand("10.0.0.2:5432", "SELECT 1"))
+    with pytest.raises(AssertionError, match="went to 2 workers"):
+        check_one_worker(record, "spread")
+
+
 async def test_listing_banks_is_the_statement_that_fans_out(citus_engine: Engine) -> None:
     """Listing every bank reads every shard, by design: the one call not routed to one shard."""
     bank = f"route-{uuid.uuid4().hex[:10]}"
@@ -148,6 +216,73 @@ async def test_a_statement_without_its_bank_is_caught(citus_engine: Engine) -> N
     assert len((await explain_all(url, schema_name, unfiltered)).fan_out) == 2
     verdict = await explain_all(url, schema_name, filtered)
     assert not verdict.fan_out and len(verdict.routed) == 2
+
+
+#: "alice" is in every memory and "walk" in all but one: both too common (BM25_MAX_TERM_FREQUENCY 0.5)
+WALKS = [*({"id": f"walk-{i}", "text": f"Alice walked to the harbour, step {i}."} for i in range(30)),
+         {"id": "pottery", "text": "Alice took a pottery class near the harbour."},
+         {"id": "kiln", "text": "The kiln cracked two bowls."}]
+#: another bank where the first bank's rare words are everywhere and its common ones nowhere
+NOISY = [{"id": f"noise-{i}", "text": f"Pottery kiln bowls glaze harbour lesson {i}."} for i in range(60)]
+#: more terms than BM25_MAX_QUERY_TERMS keeps: the rarest are chosen
+LONG_QUERY = "alice walked harbour step pottery class kiln bowls glaze lesson near cracked took"
+
+
+async def test_term_selection_reads_the_banks_own_counts_the_same_on_one_node_and_on_citus(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The keyword arm chooses and weighs a long query's terms by the bank's own counts (term_stats):
+    the same hits and scores on the embedded single server and on the cluster, unchanged by another bank
+    full of those terms, and no statement of the recall reads the planner's table-wide statistics."""
+    options = {"bm25_max_term_frequency": 0.5, "bm25_max_query_terms": 3, "text_search_extension": "native"}
+    bank = f"terms-{uuid.uuid4().hex[:8]}"
+    async with Engine(make_settings(database_url=None, **options)) as single:
+        await single.retain(bank, WALKS)
+        alone = await keyword_hits(single, bank, LONG_QUERY)
+        async with single.db.connect() as conn:
+            counts = sorted(map(tuple, await conn.execute(
+                text("SELECT fact_type, lexeme, df FROM term_stats WHERE bank_id = :b"), {"b": bank})))
+        await single.delete_bank(bank)
+    async with Engine(make_settings(**options)) as cluster:
+        require_citus(cluster)
+        await cluster.retain(bank, WALKS)
+        with recording() as record:
+            clustered = await keyword_hits(cluster, bank, LONG_QUERY)
+        await cluster.retain(f"{bank}-noisy", NOISY)
+        beside_noise = await keyword_hits(cluster, bank, LONG_QUERY)
+        async with cluster.db.connect() as conn:
+            assert sorted(map(tuple, await conn.execute(
+                text("SELECT fact_type, lexeme, df FROM term_stats WHERE bank_id = :b"), {"b": bank}))) == counts
+        for name in (bank, f"{bank}-noisy"):
+            await cluster.delete_bank(name)
+    assert alone and alone[0].id in ("kiln", "pottery"), alone
+    assert [(h.id, round(h.score, 9)) for h in clustered] == [(h.id, round(h.score, 9)) for h in alone]
+    assert [(h.id, round(h.score, 9)) for h in beside_noise] == [(h.id, round(h.score, 9)) for h in alone]
+    read = " ".join(statement for statement, _ in record.sent)
+    assert "term_stats" in read
+    assert not any(word in read for word in ("pg_stats", "pg_statistic", "pg_class", "most_common"))
+
+
+async def test_the_citus_checks_run_once_per_process(make_settings: Callable[..., Settings]) -> None:
+    """Whether the database has Citus and whether every table is distributed are asked until a start
+    finds the store distributed; later engines of the process (one per blocking call) ask neither."""
+    settings = make_settings(database_schema=f"once_{uuid.uuid4().hex[:8]}")
+
+    def checks(record: Statements) -> list[str]:
+        return [s for s, _ in record.sent if "extname = 'citus'" in s or "pg_dist_partition" in s]
+
+    with recording() as first:
+        for _ in range(2):  # the first start distributes the new store, the second finds it so
+            async with Engine(settings) as engine:
+                require_citus(engine)
+    with recording() as later:
+        for _ in range(2):
+            async with Engine(settings) as engine:
+                assert engine.db.citus
+                await engine.retain("once", ALICE[:1])
+    assert checks(first) and not checks(later)
+    async with Engine(settings) as engine:
+        assert await _distributed(engine) == {**dict.fromkeys(DISTRIBUTED, "h"), **dict.fromkeys(REFERENCE, "n")}
 
 
 async def _distributed(engine: Engine) -> dict[str, str]:

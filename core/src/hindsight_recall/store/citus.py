@@ -9,10 +9,16 @@ Two idempotent steps run after the numbered migrations:
   statement that names its bank runs on one worker; the two small bookkeeping tables become reference
   tables. Keys and foreign keys gain ``bank_id`` (Citus needs the distribution column in each). On a
   database that already holds memories, ``create_distributed_table`` moves the rows onto the shards.
+
+Both checks, whether the database has Citus and whether every table is distributed, are made once per
+process and store: a later engine of the process (each call of the blocking ``hindsight_recall.retain``
+opens one) takes the answers this process found. A store is known by its connection string (the schema
+included) and its password.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
+from ._bincopy import driver_connection
 
 #: join tables that gain a bank column, with the column naming the memory each row belongs to
 BANK_KEYED_JOINS = (
@@ -79,9 +86,27 @@ async def key_by_bank(conn: AsyncConnection) -> None:
         await conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN bank_id SET NOT NULL"))
 
 
+#: connection string -> whether its database has the citus extension, as this process found it
+_coordinators: dict[str, bool] = {}
+#: connection strings of the stores this process found with every table distributed
+_distributed: set[str] = set()
+
+
+async def _store(conn: AsyncConnection) -> str:
+    """What names the store: the connection string (the schema is among its options) and a digest of
+    the password (throwaway servers may take the port of one stopped before)."""
+    raw = await driver_connection(conn)
+    return f"{raw.info.dsn} {hashlib.sha256(raw.pgconn.password or b'').hexdigest()[:16]}"
+
+
 async def has_citus(conn: AsyncConnection) -> bool:
-    """Whether the database has the ``citus`` extension (the engine is then talking to a coordinator)."""
-    return bool(await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
+    """Whether the database has the ``citus`` extension (the engine is then talking to a coordinator);
+    asked once per process and store."""
+    store = await _store(conn)
+    if store not in _coordinators:
+        _coordinators[store] = bool(await conn.scalar(text(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
+    return _coordinators[store]
 
 
 def compatible_backends(plugins: Any) -> list[str]:
@@ -112,6 +137,9 @@ async def distribute(conn: AsyncConnection) -> bool:
 
     :param conn: the migration transaction, on the coordinator.
     """
+    store = await _store(conn)
+    if store in _distributed:  # found distributed by an earlier engine of this process
+        return False
     done = set((await conn.execute(text(
         "SELECT logicalrelid::regclass::text FROM pg_dist_partition "
         "WHERE logicalrelid = ANY(CAST(:names AS regclass[]))"
@@ -121,6 +149,7 @@ async def distribute(conn: AsyncConnection) -> bool:
             await conn.execute(text("SELECT create_reference_table(:t)"), {"t": table})
     pending = [t for t in DISTRIBUTED if t not in done]
     if not pending:
+        _distributed.add(store)
         return False
     # Citus needs the distribution column in every key and foreign key: drop the foreign keys, widen
     # the keys, distribute, and put the foreign keys back with the bank in them.

@@ -20,6 +20,7 @@ from sqlalchemy.pool import NullPool
 from ..errors import DatabaseError, PoolExhausted
 from ..settings import Settings, redact
 from . import embedded
+from .citus import has_citus
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,7 @@ class Database:
             event.listen(self.engine.sync_engine, "checkout", setup)
         try:
             async with self.engine.connect() as conn:
-                self.citus = bool(await conn.scalar(text(
-                    "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
+                self.citus = await has_citus(conn)  # asked once per process and store
         except Exception as exc:
             await self.close()
             raise DatabaseError(

@@ -4,10 +4,9 @@
 raw psycopg ones, COPY included) and every command the coordinator passes on to the workers. It then
 plans each statement again with ``EXPLAIN`` and the same parameters and fails when a plan has more
 than one task (it would run on every shard), and fails when a worker ran a command on a shard that
-does not hold the bank. Given ``max_commands``, it also fails when the coordinator sent the call's
-commands to more than one worker, or more commands than that: each statement of a transaction costs
-at least one command, and so do ``BEGIN`` and the commit (two, ``PREPARE`` and ``COMMIT PREPARED``, when
-the transaction wrote over a COPY).
+does not hold the bank, or when the coordinator sent the call's commands to more than one worker (or,
+given ``max_commands``, more commands than that: each statement of a transaction costs at least one
+command, and so do ``BEGIN`` and the commit, two when it commits in two phases, as after a COPY).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..store.citus import DISTRIBUTED
+from ..store.vector_types import register_vector
 
 T = TypeVar("T")
 
@@ -85,11 +85,14 @@ def recording(into: Statements | None = None) -> Iterator[Statements]:
     """
     record = into if into is not None else Statements()
     execute, copy = psycopg.AsyncCursor.execute, psycopg.AsyncCursor.copy
+    # taken off when the recording ends: pooled connections outlive it, and would go on noting into it
+    handlers: list[tuple[Any, Any]] = []
 
     async def recorded_execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
         if id(self.connection) not in record.watched:
             record.watched.add(id(self.connection))
-            self.connection.add_notice_handler(lambda d: _noted(record, d))
+            handlers.append((self.connection, lambda d: _noted(record, d)))
+            self.connection.add_notice_handler(handlers[-1][1])
             await execute(self, "SET citus.log_remote_commands = on")
         record.sent.append((str(query), params))
         return await execute(self, query, params, **kw)
@@ -105,6 +108,9 @@ def recording(into: Statements | None = None) -> Iterator[Statements]:
     finally:
         psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
         psycopg.AsyncCursor.copy = copy  # type: ignore[method-assign]
+        for connection, handler in handlers:
+            connection.remove_notice_handler(handler)
+        record.watched.clear()  # recorded into again, the connections get their handler again
 
 
 @dataclass
@@ -150,6 +156,7 @@ async def explain_all(url: str, schema: str, statements: list[tuple[str, Any]]) 
     verdict = Verdict()
     options = f'-c search_path="{schema}",public -c plan_cache_mode=force_custom_plan'
     async with await psycopg.AsyncConnection.connect(url, autocommit=True, options=options) as conn:
+        await register_vector(conn)  # vectors bound as parameters (numpy arrays) plan again too
         for statement, params in statements:
             word = first_word(statement)
             if word == "CREATE" and " TEMP " in statement.upper():
@@ -205,7 +212,7 @@ async def check_routed(
     :param bank_id: the one bank the call is about.
     :param call: the call, not yet awaited (e.g. ``engine.recall(bank, "...")``).
     :param what: names the call in failure messages.
-    :param max_commands: also fail when the call's commands went to more than one worker, or number more.
+    :param max_commands: also fail when the call's commands number more.
     :param record: a :class:`Statements` to record into (the caller reads the commands afterwards).
     :raises AssertionError: naming the first statement that would run on more than one shard (with
         its plan), the first worker command on another bank's shard, or listing the commands that
@@ -225,6 +232,5 @@ async def check_routed(
         raise AssertionError(f"{what}: a worker ran a command on another bank's shard: {elsewhere[0]}")
     if not any(_SHARD.search(c) for c in record.remote):
         raise AssertionError(f"{what}: no command reached a shard")
-    if max_commands is not None:
-        check_one_worker(record, what, max_commands)
+    check_one_worker(record, what, max_commands)
     return result, verdict
