@@ -385,64 +385,110 @@ if os.environ.get("HINDSIGHT_TEST_DATABASE_URL"):  # tests(all) runs the suites 
 # ------------------------------------------------------------------------------------------ growth
 
 
-def _synthetic(bank: str, n: int) -> list[dict[str, Any]]:
+def _synthetic(bank: str, n: int, start: int = 0) -> list[dict[str, Any]]:
     topics = ("gardening", "chess", "sailing", "baking", "astronomy", "cycling")
     return [{"id": f"{bank}-{i}", "text": f"Note {i} of {bank}: {topics[i % len(topics)]} on day {i}.",
              "entities": [topics[i % len(topics)].title()], "occurred_at": f"2024-02-{1 + i % 28:02d}T10:00:00Z"}
-            for i in range(n)]
+            for i in range(start, start + n)]
+
+
+#: clients retaining and recalling while the cluster grows
+CLIENTS = 4
+
+
+async def _held(engine: Engine, bank: str) -> tuple[int, set[str], int]:
+    """The bank's memories: how many rows, their distinct caller ids, their distinct texts."""
+    async with engine.db.connect() as conn:
+        row = (await conn.execute(text(
+            "SELECT count(*) AS n, array_agg(external_id) AS ids, count(DISTINCT text) AS texts "
+            "FROM memory_units WHERE bank_id = :b"), {"b": bank})).one()
+    return int(row.n), set(row.ids or ()), int(row.texts)
+
+
+async def _workers_of(engine: Engine, bank: str) -> dict[str, str]:
+    """Each bank-keyed distributed table -> the worker holding the bank's shard of it."""
+    async with engine.db.connect() as conn:
+        rows = await conn.execute(text(
+            "SELECT t.name, s.nodename || ':' || s.nodeport AS node FROM unnest(CAST(:tables AS text[])) AS t(name) "
+            "JOIN citus_shards s ON s.shardid = get_shard_id_for_distribution_column(CAST(t.name AS regclass), "
+            "CAST(:bank AS text))"), {"tables": list(DISTRIBUTED), "bank": bank})
+        return {r.name: r.node for r in rows}
 
 
 async def test_adding_a_worker_and_rebalancing_loses_nothing_while_banks_are_in_use(
     engine: Engine, citus_grow: Callable[[], Any]
 ) -> None:
-    """A new worker, then ``citus_rebalance_start`` (blocking writes only to the shards it moves), while
-    other banks retain and earlier banks recall: no call fails, nothing is lost, and every earlier
-    bank recalls what it recalled before."""
+    """``citus_add_node`` and ``citus_rebalance_start`` (blocking writes only to the shards it moves) while
+    four clients retain (new banks, and a bank each keeps adding to) and recall (earlier banks, and their
+    own): no request fails; every bank holds exactly the memories acknowledged to it, none lost and
+    none twice; earlier banks recall what they recalled before; and afterwards each bank's rows, in
+    every bank-keyed table, are on one worker."""
     require_citus(engine)
     run = uuid.uuid4().hex[:6]
-    settled = [f"grow-{run}-{i}" for i in range(8)]
+    settled = [f"grow-{run}-{i}" for i in range(12)]
+    acknowledged: dict[str, set[str]] = {}
     for bank in settled:
-        await engine.retain(bank, _synthetic(bank, 12))
+        await engine.retain(bank, _synthetic(bank, 8))
+        acknowledged[bank] = {m["id"] for m in _synthetic(bank, 8)}
     queries = ("chess on day 3", "Which notes are about sailing?")
     before = {(b, q): await _ranked(engine, b, q) for b in settled for q in queries}
-    url = driver_url(engine)
-    node = await asyncio.to_thread(citus_grow)
-    errors: list[BaseException] = []
-    written: dict[str, int] = {}
-    done = asyncio.Event()
+    failures: list[BaseException] = []
+    requests = [0] * CLIENTS
+    #: requests completed while the shards were moving
+    while_moving = [0]
+    done, moving = asyncio.Event(), asyncio.Event()
 
-    async def keep_busy(worker: int) -> None:
+    async def client(worker: int) -> None:
+        own = f"grow-{run}-live-{worker}"
+        acknowledged[own] = set()
         i = 0
         while not done.is_set():
-            bank = f"grow-{run}-new-{worker}-{i}"
+            fresh, added = f"grow-{run}-new-{worker}-{i}", _synthetic(own, 3, start=3 * i)
             try:
-                await engine.retain(bank, _synthetic(bank, 6))
-                written[bank] = 6
-                for b in settled[worker::2]:
+                await engine.retain(fresh, _synthetic(fresh, 6))
+                acknowledged[fresh] = {m["id"] for m in _synthetic(fresh, 6)}
+                await engine.retain(own, added)
+                acknowledged[own] |= {m["id"] for m in added}
+                for b in settled[worker::CLIENTS]:
                     for q in queries:
                         assert await _ranked(engine, b, q) == before[(b, q)], (b, q)
+                assert await _ranked(engine, own, "Which notes are about sailing?")
             except BaseException as exc:  # every failure counts
-                errors.append(exc)
+                failures.append(exc)
                 return
+            requests[worker] += 3 + 2 * len(settled[worker::CLIENTS])
+            while_moving[0] += moving.is_set()
             i += 1
 
-    busy = [asyncio.ensure_future(keep_busy(w)) for w in range(2)]
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute("SELECT citus_rebalance_start(shard_transfer_mode => 'block_writes')")
-        await conn.execute("SELECT citus_rebalance_wait()")
-        state = (await (await conn.execute(
-            "SELECT state FROM citus_rebalance_status() ORDER BY job_id DESC LIMIT 1")).fetchone() or ("?",))[0]
-        moved = (await (await conn.execute(
-            "SELECT count(*) FROM citus_shards WHERE nodename = %s AND nodeport = %s", node)).fetchone() or (0,))[0]
-    done.set()
-    await asyncio.gather(*busy)
-    assert not errors, f"{len(errors)} call(s) failed during the rebalance; the first: {errors[0]!r}"
+    busy = [asyncio.ensure_future(client(w)) for w in range(CLIENTS)]
+    try:
+        node = await asyncio.to_thread(citus_grow)  # citus_add_node, with the clients at work
+        async with await psycopg.AsyncConnection.connect(driver_url(engine), autocommit=True) as conn:
+            await conn.execute("SELECT citus_rebalance_start(shard_transfer_mode => 'block_writes')")
+            moving.set()
+            await conn.execute("SELECT citus_rebalance_wait()")
+            moving.clear()
+            state = (await (await conn.execute(
+                "SELECT state FROM citus_rebalance_status() ORDER BY job_id DESC LIMIT 1")).fetchone() or ("?",))[0]
+            moved = (await (await conn.execute(
+                "SELECT count(*) FROM citus_shards WHERE nodename = %s AND nodeport = %s", node)).fetchone()
+                or (0,))[0]
+    finally:
+        done.set()
+        await asyncio.gather(*busy)
+    assert not failures, f"{len(failures)} request(s) failed during the growth; the first: {failures[0]!r}"
     assert state == "finished" and moved > 0, (state, moved)
-    assert written, "no retain completed during the rebalance"
-    for bank, count in written.items():
-        stats = await engine.bank_stats(bank)
-        assert stats is not None and stats["memories"] == count, bank
+    assert all(requests) and while_moving[0], f"requests per client: {requests}, while moving: {while_moving[0]}"
+    for bank, ids in acknowledged.items():
+        count, held, texts = await _held(engine, bank)
+        assert (count, held, texts) == (len(ids), ids, len(ids)), f"{bank}: lost, doubled or foreign memories"
     for (bank, query), ranked in before.items():
         assert await _ranked(engine, bank, query) == ranked, (bank, query)
-    for bank in [*settled, *written]:
+    placed = {bank: await _workers_of(engine, bank) for bank in acknowledged}
+    spread = {bank: nodes for bank, nodes in placed.items()
+              if len(set(nodes.values())) != 1 or len(nodes) != len(DISTRIBUTED)}
+    assert not spread, f"banks whose rows are not all on one worker: {spread}"
+    # a third of the shards moved: with 20 banks or more, some of them moved (all but surely)
+    assert f"{node[0]}:{node[1]}" in {n for nodes in placed.values() for n in nodes.values()}
+    for bank in acknowledged:
         await engine.delete_bank(bank)
