@@ -230,7 +230,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
     right.grid(True, which="both", alpha=0.3)
     right.legend(fontsize=8, loc="center", bbox_to_anchor=(0.5, 0.4))  # the gap between the lines
     machine = report["machine"]
-    fig.suptitle(f"hindsight-recall scale benchmark - {machine['cores']} cores, {machine['cpu']}", fontsize=9)
+    # a run on another server, or over several banks, says so: the axes read "in the bank"
+    where, count = sizes[0].get("target", "embedded"), sizes[0].get("banks", 1)
+    spread = "" if (where, count) == ("embedded", 1) else f" - {where} server, {count} banks per size"
+    fig.suptitle(f"hindsight-recall scale benchmark - {machine['cores']} cores, {machine['cpu']}{spread}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
