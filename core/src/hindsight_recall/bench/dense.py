@@ -84,15 +84,15 @@ async def run(out: Path, queries: int, data_dir: Path, keep: bool = False) -> di
     memories, vectors, topics, centres = dense_bank()
     rng = np.random.default_rng(7)
     asked = [(f"What happened with {memories[int(i)].entities[0]} and {memories[int(i)].entities[1]}?",
-              centres[topics[int(i)]] + rng.standard_normal(centres.shape[1]).astype(np.float32) * 0.02)
+              centres[topics[int(i)]] + np.asarray(rng.standard_normal(centres.shape[1]), np.float32) * 0.02)
              for i in rng.integers(0, len(memories), queries)]
     engine = Engine(load_settings(reranker_provider="rrf", embedded_data_dir=data_dir))
     result: dict[str, Any] = {"memories": len(memories)}
     async with engine:
         await engine.delete_bank(BANK)
-        stats = await engine.retain_many({BANK: memories}, embeddings={BANK: vectors}, progress=False)
+        stats = await engine.retain_many({BANK: memories}, embeddings={BANK: vectors.tolist()}, progress=False)
         async with engine.db.connect() as conn:
-            by_type = dict((await conn.execute(text(
+            by_type: dict[str, int] = dict((await conn.execute(text(
                 "SELECT link_type, count(*) FROM memory_links WHERE bank_id = :b GROUP BY 1"), {"b": BANK})).all())
             pairs = await conn.scalar(text("SELECT count(*) FROM unit_entities WHERE bank_id = :b"), {"b": BANK})
         links = sum(by_type.values())
