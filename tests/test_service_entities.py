@@ -261,3 +261,18 @@ def test_memory_graph_filters(http: httpx.Client, bank: str) -> None:
     assert graph(chunk_id=chunk_id)["total_units"] == 1
     empty = graph(limit=0)
     assert empty["nodes"] == [] and empty["total_units"] == 3
+
+
+def test_the_graph_draws_neighbours_in_time_from_the_dates() -> None:
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from hindsight_recall.service.graph import _nearby
+    from hindsight_recall.store.graph import GraphPage
+
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    units = [SimpleNamespace(id=name, event_date=None if hours is None else start + timedelta(hours=hours))
+             for name, hours in (("a", 0), ("b", 10), ("c", 40), ("undated", None))]
+    edges = list(_nearby(GraphPage(units, len(units), [], {})))  # type: ignore[arg-type]
+    # b is 10 h after a; c is 30 h after b: too far, as for the temporal arm
+    assert edges == [("b", "a", "temporal", pytest.approx(1 - 10 / 24), "")]

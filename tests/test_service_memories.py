@@ -205,13 +205,18 @@ def test_edit_text_is_reembedded_and_recalled(client: Any) -> None:
 
 def test_edit_rebuilds_the_memorys_links(client: Any) -> None:
     bank_id, ids = fresh_bank(client)
-    assert _run_async(client.banks.get_agent_stats(bank_id)).links_by_link_type.get("temporal", 0) > 0
-    # moved a century away, the memory has no temporal neighbour left
-    _run_async(client.memory.update_memory(bank_id, ids["plays"], UpdateMemoryRequest(
-        occurred_start="1900-01-01T00:00:00Z", occurred_end="1900-01-01T00:00:00Z",
-        mentioned_at="1900-01-01T00:00:00Z")))
-    after = _run_async(client.banks.get_agent_stats(bank_id))
-    assert after.links_by_link_type.get("temporal", 0) == 0 and after.total_nodes == 2
+
+    def semantic() -> int:
+        return int(_run_async(client.banks.get_agent_stats(bank_id)).links_by_link_type.get("semantic", 0))
+
+    assert semantic() == 0  # the violin and the physics lessons are far apart
+    _run_async(client.memory.update_memory(bank_id, ids["teaches"], UpdateMemoryRequest(
+        text="Ivo plays the violin in an orchestra.")))
+    assert semantic() > 0  # now a near twin of the other memory
+    _run_async(client.memory.update_memory(bank_id, ids["teaches"], UpdateMemoryRequest(
+        text="The trams in Graz run every ten minutes.")))
+    stats = _run_async(client.banks.get_agent_stats(bank_id))
+    assert semantic() == 0 and stats.total_nodes == 2 and "temporal" not in stats.links_by_link_type
 
 
 def test_edit_dates_tags_type_and_entities(client: Any) -> None:

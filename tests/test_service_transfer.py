@@ -438,3 +438,26 @@ def test_alias_changes_reach_other_processes(server: Any, http: httpx.Client) ->
                 time.sleep(0.05)
     finally:
         other.stop()
+
+
+def test_temporal_links_in_an_archive_are_not_stored(http: httpx.Client) -> None:
+    """An archive written before neighbours in time were read from the dates holds temporal links:
+    the import leaves them out (the temporal arm reads the dates), the rest arrive."""
+    source = new_bank(http)
+    op = operation(http, http.post(f"/v1/default/banks/{source}/transfer/export"))
+    raw = http.get(f"/v1/default/files/download/transfers/{source}/{op}.zip").content
+    links = [json.loads(x) for x in zipfile.ZipFile(io.BytesIO(raw)).read("hindsight-recall/links.jsonl").splitlines()]
+    assert links
+    old = {**links[0], "type": "temporal", "weight": 0.5}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(raw)) as zin, zipfile.ZipFile(buf, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "hindsight-recall/links.jsonl":
+                data += (json.dumps(old) + "\n").encode()
+            zout.writestr(item, data)
+    target = f"{source}-t"
+    operation(http, http.post(f"/v1/default/banks/{source}/transfer/import", params={"target_bank_id": target},
+                              files={"file": ("a.zip", buf.getvalue())}))
+    assert _links_http(http, target) == _links_http(http, source)
+    assert not any(kind == "temporal" for _, _, kind, _ in _links_http(http, target))

@@ -78,7 +78,7 @@ async def clear_rewritten(conn: AsyncConnection, bank_id: str, ids: list[uuid.UU
         "WITH pairs AS (DELETE FROM unit_entities WHERE bank_id = :bank AND unit_id = ANY(:ids)), "
         "sources AS (DELETE FROM observation_sources WHERE bank_id = :bank AND observation_id = ANY(:ids)) "
         "DELETE FROM memory_links WHERE bank_id = :bank AND ((from_unit_id = ANY(:ids) AND link_type IN "
-        "('semantic', 'temporal', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by'))"
+        "('semantic', 'causes')) OR (to_unit_id = ANY(:ids) AND link_type = 'caused_by'))"
     ), {"bank": bank_id, "ids": ids})
 
 

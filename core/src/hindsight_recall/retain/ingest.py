@@ -46,11 +46,9 @@ from .links import (
     causal_links,
     copy_links,
     count_bound,
-    epochs,
     existing_bank_links,
     semantic_pairs,
     set_index_search,
-    temporal_pairs,
     uuid_keys,
 )
 
@@ -285,12 +283,11 @@ class Ingestor:
         where = await self._place(conn, bank_id, len(memories), bank)
         stats.index_seconds += time.perf_counter() - t_index
         await check_references(conn, bank_id, memories, lines)
-        dates = [m.occurred_start or m.mentioned_at or m.occurred_end for m in memories]
-        pending: asyncio.Future[tuple[list[Links], float]] | None = None
+        pending: asyncio.Future[tuple[Links, float]] | None = None
         if created:
             # A new bank holds only this batch: its links need no database reads, so compute them in a
             # thread while the database loads the rows.
-            work = asyncio.to_thread(self._fresh_links, uuid_keys(ids), vectors, epochs(dates))
+            work = asyncio.to_thread(self._fresh_links, uuid_keys(ids), vectors)
             pending = asyncio.ensure_future(work)
         try:
             chunk_ids = await write_chunks(conn, bank_id, memories)
@@ -309,7 +306,7 @@ class Ingestor:
                 stats.link_compute_seconds += seconds
             else:
                 computed = await existing_bank_links(
-                    conn, bank_id, ids, dates, self.settings.semantic_link_min_similarity,
+                    conn, bank_id, ids, self.settings.semantic_link_min_similarity,
                     total=bank.total_after(len(ids)), where=where, search_set=self.db.citus)
                 stats.link_compute_seconds += time.perf_counter() - t2
             stats.links += await self._write_links(conn, bank_id, ids, memories, computed)
@@ -323,14 +320,10 @@ class Ingestor:
         stats.per_bank[bank_id] = len(memories)
         return where
 
-    def _fresh_links(
-        self, keys: np.ndarray, vectors: np.ndarray, times: np.ndarray
-    ) -> tuple[list[Links], float]:
-        """Semantic and temporal links among the rows of a new bank (runs in a worker thread)."""
+    def _fresh_links(self, keys: np.ndarray, vectors: np.ndarray) -> tuple[Links, float]:
+        """Semantic links among the rows of a new bank (runs in a worker thread)."""
         started = time.perf_counter()
-        everything = np.arange(len(keys))
-        links = [semantic_pairs(keys, vectors, everything, self.settings.semantic_link_min_similarity),
-                 temporal_pairs(keys, times, everything)]
+        links = semantic_pairs(keys, vectors, np.arange(len(keys)), self.settings.semantic_link_min_similarity)
         return links, time.perf_counter() - started
 
     async def _place(self, conn: AsyncConnection, bank_id: str, adding: int, bank: OpenBank) -> ann.Placement:
@@ -409,14 +402,14 @@ class Ingestor:
 
     async def _write_links(
         self, conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory],
-        computed: list[Links],
+        computed: Links,
     ) -> int:
-        """Semantic and temporal links by binary COPY (none exist from these rows now); causal by upsert.
+        """Semantic links by binary COPY (none exist from these rows now); causal by upsert.
         On Citus all of them in one insert of bound arrays (see :mod:`._array_inserts`)."""
         causal = causal_links(ids, [[unit_id(bank_id, c) for c in m.causes] for m in memories])
         if self.db.citus:
-            return await insert_links(conn, bank_id, [c for c in computed if len(c)], causal)
-        written = await copy_links(conn, bank_id, computed)
+            return await insert_links(conn, bank_id, [computed], causal)
+        written = await copy_links(conn, bank_id, [computed])
         if not causal:
             return written
         raw = await driver_connection(conn)

@@ -1,9 +1,10 @@
-"""Links recall follows: semantic kNN, temporal proximity and caller-given causes.
+"""Links recall follows: semantic kNN and caller-given causes.
 
-Semantic and temporal links are computed over a whole batch at once in numpy and written with one
-binary COPY; nothing runs once per memory. A new bank needs no database reads at all. A batch into
-an existing bank reads the bank's vectors and dates back, except a small batch into a big bank,
-which asks the bank's HNSW indexes, many rows per statement.
+Neighbours in time are not stored: the temporal arm reads them from the dates (an index range per
+side), as the graph endpoint does for the memories it shows. Semantic links are computed over a
+whole batch at once in numpy and written with one binary COPY; nothing runs once per memory. A new
+bank needs no database reads at all. A batch into an existing bank reads the bank's vectors back,
+except a small batch into a big bank, which asks the bank's HNSW indexes, many rows per statement.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -26,24 +26,18 @@ from ._knn import neighbours
 Link = tuple[uuid.UUID, uuid.UUID, str, float]
 
 SEMANTIC_NEIGHBOURS = 50
-TEMPORAL_NEIGHBOURS = 20
-TEMPORAL_HOURS = 24.0
 #: a batch into a bank of more than INDEX_MIN_ROWS rows and INDEX_RATIO times the batch asks the index
 INDEX_MIN_ROWS = 20_000
 INDEX_RATIO = 500
 #: new rows per HNSW statement
 INDEX_BATCH = 200
-#: the bank's rows dated within TEMPORAL_HOURS of the new rows' first and last date, and their epoch
-_NEAR = ("bank_id = %s AND event_date BETWEEN %s::timestamptz - %s * interval '1 hour' "
-         "AND %s::timestamptz + %s * interval '1 hour'")
-_EPOCH = "extract(epoch FROM event_date)::float8"
 
 
 @dataclass(frozen=True)
 class Links:
     """Links of one type as parallel arrays: 16-byte uuids of both ends and weights.
 
-    :param link_type: ``semantic``, ``temporal``, ...
+    :param link_type: ``semantic``, ``causes``, ...
     :param sources: ``from_unit_id`` of each link (numpy ``V16``).
     :param targets: ``to_unit_id`` of each link (numpy ``V16``).
     :param weights: weights in [0, 1].
@@ -61,11 +55,6 @@ class Links:
 def uuid_keys(ids: Sequence[uuid.UUID]) -> np.ndarray:
     """The 16 bytes of each uuid as one numpy ``V16`` array."""
     return np.frombuffer(b"".join(u.bytes for u in ids), dtype="V16").copy() if ids else np.empty(0, "V16")
-
-
-def epochs(dates: Sequence[datetime | None]) -> np.ndarray:
-    """Seconds since the epoch; NaN for a missing date."""
-    return np.array([d.timestamp() if d is not None else np.nan for d in dates], dtype=np.float64)
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -87,85 +76,36 @@ def semantic_pairs(keys: np.ndarray, vectors: np.ndarray, queries: np.ndarray, f
     return Links("semantic", keys[rows], keys[cols], np.minimum(sims.astype(np.float64), 1.0))
 
 
-def temporal_pairs(keys: np.ndarray, times: np.ndarray, queries: np.ndarray) -> Links:
-    """Each dated query row links to its 20 nearest dated rows within 24 h: ``max(0.3, 1 − Δh/24)``.
-
-    The 20 nearest in time are among the 20 before and the 20 after in time order, so a sorted array
-    and a fixed window of 40 candidates per row find them without a loop.
-
-    :param keys: the uuid of every row.
-    :param times: every row's date in epoch seconds (NaN: undated).
-    :param queries: indices of the rows that get links.
-    """
-    dated = np.flatnonzero(~np.isnan(times))
-    order = dated[np.argsort(times[dated], kind="stable")]
-    ordered = times[order]
-    position = np.full(len(times), -1, dtype=np.int64)
-    position[order] = np.arange(len(order))
-    starts = position[np.asarray(queries, dtype=np.int64)]
-    starts = starts[starts >= 0]
-    offsets = np.r_[-np.arange(TEMPORAL_NEIGHBOURS, 0, -1), np.arange(1, TEMPORAL_NEIGHBOURS + 1)]
-    limit = TEMPORAL_HOURS * 3600
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for i in range(0, len(starts), 200_000):  # blocks bound the (rows x 40) temporaries at 1M
-        here = starts[i : i + 200_000]
-        candidates = here[:, None] + offsets[None, :]
-        inside = (candidates >= 0) & (candidates < len(ordered))
-        candidates = np.clip(candidates, 0, max(len(ordered) - 1, 0))
-        delta = np.abs(ordered[candidates] - ordered[here][:, None])
-        delta[~inside | (delta > limit)] = np.inf
-        pick = np.argpartition(delta, TEMPORAL_NEIGHBOURS - 1, axis=1)[:, :TEMPORAL_NEIGHBOURS]
-        picked = np.take_along_axis(delta, pick, axis=1)
-        row, col = np.nonzero(np.isfinite(picked))
-        targets = np.take_along_axis(candidates, pick, axis=1)[row, col]
-        parts.append((order[here[row]], order[targets], picked[row, col]))
-    if not parts:
-        return Links("temporal", keys[:0], keys[:0], np.empty(0))
-    sources, targets, deltas = (np.concatenate([p[i] for p in parts]) for i in range(3))
-    return Links("temporal", keys[sources], keys[targets], np.maximum(0.3, 1.0 - deltas / limit))
-
-
 def count_bound(batch: int) -> int:
     """How far a bank's memories need counting to tell whether a batch of ``batch`` asks the index."""
     return max(INDEX_MIN_ROWS, INDEX_RATIO * batch) + 1
 
 
 async def existing_bank_links(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], dates: Sequence[datetime | None], floor: float,
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float,
     *, total: int, where: ann.Placement, search_set: bool = False,
-) -> list[Links]:
-    """Semantic and temporal links of new rows already written to an existing bank.
+) -> Links:
+    """Semantic links of new rows already written to an existing bank.
 
-    The bank's vectors and the dates near the new rows' come back in one statement (one command to
-    the bank's worker on Citus), each part planned as it would be on its own; a small batch into a
-    big bank asks the bank's HNSW indexes for neighbours instead of reading its vectors, every fact
-    type's index in the same statement.
+    The bank's vectors come back in one statement (one command to the bank's worker on Citus); a
+    small batch into a big bank asks the bank's HNSW indexes for neighbours instead of reading its
+    vectors, every fact type's index in the same statement.
 
     :param conn: the retain transaction (the rows are written, the bank's indexes exist).
     :param bank_id: the bank.
     :param ids: the new rows' ids.
-    :param dates: their dates (``event_date``).
     :param floor: SEMANTIC_LINK_MIN_SIMILARITY.
     :param total: the bank's memories with the new rows (at least INDEX_MIN_ROWS, when there are more).
     :param where: the bank's placement in this transaction.
     :param search_set: :func:`set_index_search` ran in this transaction already.
     """
-    known = [d for d in dates if d is not None]
-    near = [bank_id, min(known), TEMPORAL_HOURS, max(known), TEMPORAL_HOURS] if known else None
-    wanted = uuid_keys(ids)
     # only a bank in HNSW indexes can be asked through them (VECTOR_INDEX_MIN_ROWS may be set above
     # INDEX_MIN_ROWS; a slot's indexes are missing while a bulk load rebuilds them)
     if total > INDEX_MIN_ROWS and total > INDEX_RATIO * len(ids) and await ann.searchable(conn, where):
         if not search_set:
             await set_index_search(conn)
-        semantic, dated = await _by_index(conn, bank_id, ids, floor, where.predicate("m"), near)
-    else:
-        semantic, dated = await _by_reading(conn, bank_id, wanted, floor, near)
-    if near is None:
-        return [semantic, Links("temporal", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))]
-    keys = uuid_keys([r[0] for r in dated])
-    times = np.array([r[1] for r in dated], dtype=np.float64)
-    return [semantic, temporal_pairs(keys, times, _positions(keys, wanted))]
+        return await _by_index(conn, bank_id, ids, floor, where.predicate("m"))
+    return await _by_reading(conn, bank_id, uuid_keys(ids), floor)
 
 
 async def set_index_search(conn: AsyncConnection) -> None:
@@ -180,35 +120,25 @@ async def set_index_search(conn: AsyncConnection) -> None:
                                           "hnsw.iterative_scan": "strict_order"}))
 
 
-async def _by_reading(
-    conn: AsyncConnection, bank_id: str, wanted: np.ndarray, floor: float, near: list[Any] | None
-) -> tuple[Links, list[tuple[uuid.UUID, float]]]:
-    """Semantic links from every vector of the bank, and the (id, epoch) of its rows dated ``near``."""
+async def _by_reading(conn: AsyncConnection, bank_id: str, wanted: np.ndarray, floor: float) -> Links:
+    """Semantic links from every vector of the bank."""
     raw = await driver_connection(conn)
     await register_vector(raw)  # vectors arrive as numpy arrays in binary, not text to parse
     cursor = raw.cursor(binary=True)
-    statement = ("SELECT id, embedding, CAST(NULL AS float8) FROM memory_units WHERE bank_id = %s "
-                 "AND embedding IS NOT NULL")
-    if near is not None:
-        statement += f" UNION ALL SELECT id, CAST(NULL AS vector), {_EPOCH} FROM memory_units WHERE {_NEAR}"
-    await cursor.execute(statement, [bank_id, *(near or ())])
-    rows = await cursor.fetchall()
-    vectors = [r for r in rows if r[1] is not None]
-    semantic = Links("semantic", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
-    if len(vectors) >= 2:
-        keys = uuid_keys([r[0] for r in vectors])
-        matrix = np.stack([np.asarray(r[1].to_numpy() if hasattr(r[1], "to_numpy") else r[1], dtype=np.float32)
-                           for r in vectors])
-        semantic = await asyncio.to_thread(semantic_pairs, keys, matrix, _positions(keys, wanted), floor)
-    return semantic, [(r[0], r[2]) for r in rows if r[2] is not None]
+    await cursor.execute("SELECT id, embedding FROM memory_units WHERE bank_id = %s AND embedding IS NOT NULL",
+                         [bank_id])
+    vectors = await cursor.fetchall()
+    if len(vectors) < 2:
+        return Links("semantic", np.empty(0, "V16"), np.empty(0, "V16"), np.empty(0))
+    keys = uuid_keys([r[0] for r in vectors])
+    matrix = np.stack([np.asarray(r[1].to_numpy() if hasattr(r[1], "to_numpy") else r[1], dtype=np.float32)
+                       for r in vectors])
+    return await asyncio.to_thread(semantic_pairs, keys, matrix, _positions(keys, wanted), floor)
 
 
-async def _by_index(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float, indexed: str, near: list[Any] | None
-) -> tuple[Links, list[tuple[uuid.UUID, float]]]:
+async def _by_index(conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float, indexed: str) -> Links:
     """Ask the bank's HNSW indexes (``indexed``: their row predicate) for new rows' neighbours,
-    INDEX_BATCH rows a statement, every fact type's index in it; the first statement also brings the
-    (id, epoch) of the bank's rows dated ``near``.
+    INDEX_BATCH rows a statement, every fact type's index in it.
 
     A bank this large is in those indexes when VECTOR_INDEX_MIN_ROWS is below INDEX_MIN_ROWS (the default);
     shared ones hold other banks' rows too, so the scan goes on past them (iterative scan) until k are found.
@@ -225,24 +155,16 @@ async def _by_index(
         "AND 1 - n.distance >= %(floor)s"
         for i in range(len(FACT_TYPES))
     ]
-    dates = (f" UNION ALL SELECT CAST(NULL AS uuid), id, {_EPOCH} FROM memory_units WHERE "
-             + _NEAR.replace("%s", "%(near_{})s").format(*range(5)))
     best: dict[uuid.UUID, list[tuple[float, uuid.UUID]]] = {}
-    dated: list[tuple[uuid.UUID, float]] = []
     raw = await driver_connection(conn)
     cursor = raw.cursor()
     for start in range(0, len(ids), INDEX_BATCH):
-        first = start == 0 and near is not None
         params: dict[str, Any] = {"bank": bank_id, "ids": ids[start : start + INDEX_BATCH],
                                   "k": SEMANTIC_NEIGHBOURS + 1, "floor": floor,
-                                  **{f"type_{i}": t for i, t in enumerate(FACT_TYPES)},
-                                  **({f"near_{i}": v for i, v in enumerate(near or ())} if first else {})}
-        await cursor.execute(" UNION ALL ".join(branches) + (dates if first else ""), params)
+                                  **{f"type_{i}": t for i, t in enumerate(FACT_TYPES)}}
+        await cursor.execute(" UNION ALL ".join(branches), params)
         for source, target, value in await cursor.fetchall():
-            if source is None:
-                dated.append((target, value))
-            else:
-                best.setdefault(source, []).append((float(value), target))
+            best.setdefault(source, []).append((float(value), target))
     sources: list[uuid.UUID] = []
     targets: list[uuid.UUID] = []
     weights: list[float] = []
@@ -251,7 +173,7 @@ async def _by_index(
             sources.append(source)
             targets.append(target)
             weights.append(min(1.0, sim))
-    return Links("semantic", uuid_keys(sources), uuid_keys(targets), np.array(weights, dtype=np.float64)), dated
+    return Links("semantic", uuid_keys(sources), uuid_keys(targets), np.array(weights, dtype=np.float64))
 
 
 def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:

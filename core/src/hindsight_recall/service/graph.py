@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
+from ..recall.arms.temporal import NEIGHBOUR_HOURS, NEIGHBOURS_PER_SIDE
 from ..store import banks
 from ..store.db import database_errors
 from ..store.graph import MAX_EDGES, GraphPage, graph_page
@@ -61,6 +62,18 @@ def _stored(page: GraphPage, visible: set[Any], observers: dict[Any, list[Any]])
             yield from ((o, target, kind, weight, "") for o in from_obs if target in visible and o != target)
         if to_obs and a in visible:
             yield from ((a, o, kind, weight, "") for o in to_obs if o != a)
+
+
+def _nearby(page: GraphPage) -> Iterator[Edge]:
+    """Memories within a day of each other, as the temporal arm reads them from the dates (nothing is
+    stored): each memory to its nearest later ones, weight ``max(0.3, 1 − Δh/24)``."""
+    dated = sorted((u for u in page.units if u.event_date is not None), key=lambda u: u.event_date)
+    for i, earlier in enumerate(dated):
+        for later in dated[i + 1 : i + 1 + NEIGHBOURS_PER_SIDE]:
+            hours = (later.event_date - earlier.event_date).total_seconds() / 3600
+            if hours > NEIGHBOUR_HOURS:
+                break
+            yield later.id, earlier.id, "temporal", max(0.3, 1 - hours / NEIGHBOUR_HOURS), ""
 
 
 def _inferred(page: GraphPage, names: dict[Any, list[str]]) -> Iterator[Edge]:
@@ -116,6 +129,7 @@ def assemble(page: GraphPage, limit: int) -> dict[str, Any]:
                                    "color": colour, "lineStyle": line}})
 
     add(_stored(page, set(external), observers))
+    add(_nearby(page))
     add(_inferred(page, names))
     nodes, rows = [], []
     for u in page.units:

@@ -132,6 +132,8 @@ async def _restore_into(engine: Engine, archive: fmt.Archive, target: str, *, ba
                 await store.clear_links(conn, target)
                 batch_links: list[tuple[str, str, str, float]] = []
                 for link in archive.links():
+                    if link[2] == "temporal":  # read from the dates at recall; never stored
+                        continue
                     batch_links.append(link)
                     if len(batch_links) >= LINK_BATCH:
                         counts["links"] += await store.replace_links(conn, target, batch_links)

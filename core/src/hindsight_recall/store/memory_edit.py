@@ -53,13 +53,14 @@ async def memory_ids(conn: AsyncConnection, bank_id: str, fact_type: str | None 
 
 
 async def drop_links_into(conn: AsyncConnection, bank_id: str, memory_id: str) -> int:
-    """Remove the semantic and temporal links other memories have *to* this one.
+    """Remove the semantic links other memories have *to* this one.
 
     A retain of an existing id rebuilds the memory's own links; the ones other memories made to it
-    were chosen for its old text and date, so an edit drops them (as upstream's does).
+    were chosen for its old text, so an edit drops them (as upstream's does). Neighbours in time are
+    read from the dates, so a new date needs nothing dropped.
     """
     result = await conn.execute(text(
         "DELETE FROM memory_links l USING memory_units u WHERE u.bank_id = :bank AND u.external_id = :id "
-        "AND l.bank_id = :bank AND l.to_unit_id = u.id AND l.link_type IN ('semantic', 'temporal')"
+        "AND l.bank_id = :bank AND l.to_unit_id = u.id AND l.link_type = 'semantic'"
     ), {"bank": bank_id, "id": memory_id})
     return int(getattr(result, "rowcount", 0) or 0)
