@@ -26,7 +26,7 @@ PLUGINS = [*(f"backends/{n}" for n in ("vchord", "pg_textsearch", "pgroonga", "p
 # hindsight-client: upstream's own client drives the HTTP service in tests/test_service*.py; hindsight-agno,
 # upstream's Agno integration (pure Python, no model), drives reflect in tests/test_reflect_service.py
 TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6", "hindsight-client==1.1.0",
-             "hindsight-agno==0.4.20", "selenium>=4.20"]
+             "hindsight-agno==0.4.20", "selenium>=4.20", "matplotlib>=3.8"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 

@@ -314,3 +314,15 @@ def test_with_citus_refuses_a_command_line_without_a_command(capsys: pytest.Capt
 
     assert with_citus([]) == 2 and with_citus(["hindsight-recall"]) == 2 and with_citus(["--"]) == 2
     assert "{url}" in capsys.readouterr().err
+
+
+def test_the_side_by_side_plot_draws_each_size_and_concurrency(tmp_path: Path) -> None:
+    from hindsight_recall.bench._report import plot_comparison
+
+    recall = {"config": "all arms", "budget": "mid", "p50_ms": 40.0, "p95_ms": 60.0, "embedded_p50_ms": 30.0,
+              "embedded_p95_ms": 50.0, "p50_ratio": 1.33, "p95_ratio": 1.2}
+    rows = [{"memories": n, "banks": 50, "target": "citus", "recall": [recall],
+             "throughput": [{"concurrency": c, "per_s": 20.0, "embedded_per_s": 25.0, "ratio": 0.8} for c in (1, 8)]}
+            for n in (10_000, 50_000)]
+    plot_comparison({"comparison": rows, "machine": {"cores": 2, "cpu": "test"}}, tmp_path / "c.png")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

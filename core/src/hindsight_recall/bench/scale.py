@@ -146,7 +146,7 @@ async def run_scale(options: ScaleOptions, echo: Callable[[str], None] = print,
     :raises ValueError: the options cannot run (see :meth:`ScaleOptions.check`).
     """
     from ..settings import load_settings, redact
-    from ._report import comparison, markdown, plot
+    from ._report import comparison, markdown, plot, plot_comparison
 
     options.check()
     if options.plot:
@@ -176,7 +176,10 @@ async def run_scale(options: ScaleOptions, echo: Callable[[str], None] = print,
     (options.out / "scale.md").write_text(markdown(report))
     if options.plot:
         plot(report, options.out / "scale.png")
-    echo(f"wrote {options.out / 'scale.json'}, scale.md" + (", scale.png" if options.plot else ""))
+        if report.get("comparison"):
+            plot_comparison(report, options.out / "scale-compare.png")
+    pictures = ", scale.png" + (", scale-compare.png" if report.get("comparison") else "")
+    echo(f"wrote {options.out / 'scale.json'}, scale.md" + (pictures if options.plot else ""))
     return report
 
 
