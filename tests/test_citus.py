@@ -113,6 +113,9 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
     await check_routed(engine, bank, engine.retain(bank, ALICE), "retain into a new bank")
     _, verdict = await check_routed(engine, bank, engine.retain(bank, MORE), "retain into an existing bank")
     assert not verdict.copied and not verdict.pulled  # each would cost a command more and a two-phase commit
+    _, verdict = await check_routed(engine, bank, engine.retain(bank, _synthetic(bank, 40)),
+                                    "retain of 40 memories into an existing bank")
+    assert verdict.copied and verdict.pulled  # past ARRAY_MAX_ROWS memories, COPY is faster
     body, _ = await check_routed(engine, bank, engine.recall(
         bank, "What happened with Alice's job in January 2024?", include_entities=500, include_chunks=500,
         include_source_facts=500, tags=["work"], tags_match="any", trace=True), "recall")
@@ -121,7 +124,7 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
         bank, "How is Alice's career going?", types=["observation"], include_source_facts=500),
         "recall of observations")
     stats, _ = await check_routed(engine, bank, engine.bank_stats(bank), "bank stats")
-    assert stats is not None and stats["memories"] == len({m["id"] for m in [*ALICE, *MORE]})
+    assert stats is not None and stats["memories"] == len({m["id"] for m in [*ALICE, *MORE]}) + 40
 
     async def configure() -> dict[str, Any]:
         async with engine.db.connect() as conn:

@@ -95,10 +95,10 @@ async def write_sources(conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID
 
 
 async def write_entities(
-    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory], *, citus: bool = False
+    conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], memories: Sequence[Memory], *, arrays: bool = False
 ) -> None:
     """Entity rows (once per bank and case-folded name) and unit-entity pairs, by binary COPY in id order
-    (on Citus by an insert of bound arrays: a COPY would commit the transaction in two phases)."""
+    (with ``arrays``, by an insert of bound arrays: on Citus a COPY commits the transaction in two phases)."""
     names: dict[uuid.UUID, str] = {}
     # names differing only in case share an entity: dedupe; the pair keeps its memory's fact type
     pairs: dict[tuple[bytes, bytes], str] = {}
@@ -117,7 +117,7 @@ async def write_entities(
         ),
         {"bank": bank_id, "ids": list(names), "names": list(names.values())},
     )
-    if citus:
+    if arrays:
         await insert_pairs(conn, bank_id, pairs)
         return
     raw = await driver_connection(conn)

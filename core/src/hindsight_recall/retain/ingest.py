@@ -35,7 +35,7 @@ from ..store.vector_types import register_vector
 from ..textsearch import backend_parameters
 from ..tokens import TokenCounter
 from ..types import Memory
-from ._array_inserts import insert_links, insert_units
+from ._array_inserts import ARRAY_MAX_ROWS, insert_links, insert_units
 from ._embed import embed_passages
 from ._open_bank import OpenBank, open_bank
 from ._rows import check_references, clear_rewritten, write_chunks, write_documents, write_entities, write_sources
@@ -297,7 +297,7 @@ class Ingestor:
                 await clear_rewritten(conn, bank_id, ids)
             await self._write_units(conn, bank_id, ids, memories, vectors, chunk_ids, places, bank=bank,
                                     where=where)
-            await write_entities(conn, bank_id, ids, memories, citus=self.db.citus)
+            await write_entities(conn, bank_id, ids, memories, arrays=self._arrays(memories))
             await write_documents(conn, bank_id, memories, fresh=created)
             t2 = time.perf_counter()
             stats.load_seconds += t2 - t0
@@ -326,6 +326,12 @@ class Ingestor:
         links = semantic_pairs(keys, vectors, np.arange(len(keys)), self.settings.semantic_link_min_similarity)
         return links, time.perf_counter() - started
 
+    def _arrays(self, memories: Sequence[Memory]) -> bool:
+        """Whether a bank's rows go as inserts of bound arrays (see :mod:`._array_inserts`): on Citus, up to
+        ARRAY_MAX_ROWS memories; a larger batch goes by COPY, which moves its rows faster than the
+        arrays once the command and the two-phase commit it costs more are small beside the load."""
+        return self.db.citus and len(memories) <= ARRAY_MAX_ROWS
+
     async def _place(self, conn: AsyncConnection, bank_id: str, adding: int, bank: OpenBank) -> ann.Placement:
         """The bank's placement for this load: as read, unless the load makes it reach
         ``VECTOR_INDEX_MIN_ROWS`` (then :func:`~hindsight_recall.store.ann.place` flags it into an index)."""
@@ -351,7 +357,7 @@ class Ingestor:
         upsert = "" if bank.created else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
         if bank.present:  # only rows the bank holds have counts to take out
             await term_stats.count_out(conn, self.backend, bank_id, ids)
-        if self.db.citus:
+        if self._arrays(memories):
             await insert_units(conn, bank_id, rows, self.backend.write_expression("u.document"),
                                self._backend_params, upsert=upsert, now=datetime.now(UTC))
         else:
@@ -407,7 +413,7 @@ class Ingestor:
         """Semantic links by binary COPY (none exist from these rows now); causal by upsert.
         On Citus all of them in one insert of bound arrays (see :mod:`._array_inserts`)."""
         causal = causal_links(ids, [[unit_id(bank_id, c) for c in m.causes] for m in memories])
-        if self.db.citus:
+        if self._arrays(memories):
             return await insert_links(conn, bank_id, [computed], causal)
         written = await copy_links(conn, bank_id, [computed])
         if not causal:
