@@ -16,11 +16,9 @@ import httpx
 import numpy as np
 import pytest
 from hindsight_recall import Engine
-from hindsight_recall.bench.synthetic import generate
-from hindsight_recall.protocols import RetrievalContext
-from hindsight_recall.recall.filters import tag_filter
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import ann, banks
+from hindsight_recall.testing.slots import exact_world, load, nearest_world, synthetic, world_context
 from sqlalchemy import text
 
 #: memories from which a bank claims a slot in most tests; it gives the slot back below half of it
@@ -48,15 +46,6 @@ async def slotted(make_settings: Callable[..., Settings]) -> AsyncIterator[Engin
         yield engine
 
 
-def _data(n: int, seed: int) -> tuple[list[Any], np.ndarray]:
-    data = generate(n, seed=seed)  # without references: the tests remove memories one by one
-    return [replace(m, causes=(), source_ids=()) for m in data.memories], data.vectors
-
-
-async def _load(engine: Engine, bank_id: str, memories: list[Any], vectors: np.ndarray) -> Any:
-    return await engine.retain_many({bank_id: memories}, embeddings={bank_id: vectors}, progress=False)
-
-
 async def _claims(engine: Engine) -> tuple[dict[str, int], dict[str, bool]]:
     """Every bank holding a slot (bank -> slot) and every slot index (name -> valid)."""
     async with engine.db.connect() as conn:
@@ -80,38 +69,11 @@ async def _recalled(engine: Engine, bank_id: str, query: str) -> list[str]:
     return [r["id"] for r in answer["results"]]
 
 
-def _context(engine: Engine, bank_id: str, where: ann.Placement, vector: np.ndarray) -> RetrievalContext:
-    return RetrievalContext(
-        bank_id=bank_id, query="q", tokens=(), embedding=vector.tolist(), fact_types=("world",), limit=10,
-        filter=tag_filter(None, "any"), settings=engine.settings, db=engine.db.limited(1),
-        text_search=engine.text_search, now=None,  # type: ignore[arg-type]
-        indexed=where.slot is not None or where.shared, ann_slot=where.slot,
-    )
-
-
 async def _nearest(engine: Engine, bank_id: str, vector: np.ndarray) -> tuple[list[Any], str]:
-    """The 10 nearest world rows by the statement the semantic arm runs, and the plan it got (sorting
-    off: at this size the planner would sort, so this shows whether an index can serve it)."""
+    """The 10 nearest world rows by the statement the semantic arm runs, and the plan it got."""
     async with engine.db.connect() as conn:
         where = await ann.placement(conn, bank_id)
-    ctx = _context(engine, bank_id, where, vector)
-    sql = (f"SELECT id FROM memory_units WHERE {ctx.where('world')} "
-           "ORDER BY embedding <=> CAST(:v AS vector) LIMIT 10")
-    params = {**ctx.params(), "v": str(list(ctx.embedding))}
-    async with engine.db.connect() as conn:
-        await conn.execute(text("SET LOCAL enable_sort = off"))
-        plan = "\n".join((await conn.execute(text(f"EXPLAIN {sql}"), params)).scalars())
-        ids = list((await conn.execute(text(sql), params)).scalars())
-    return ids, plan
-
-
-async def _exact(engine: Engine, bank_id: str, vector: np.ndarray) -> list[Any]:
-    async with engine.db.connect() as conn:
-        await conn.execute(text("SET LOCAL enable_indexscan = off"))
-        rows = await conn.execute(text(
-            "SELECT id FROM memory_units WHERE bank_id = :b AND fact_type = 'world' "
-            "ORDER BY embedding <=> CAST(:v AS vector) LIMIT 10"), {"b": bank_id, "v": str(vector.tolist())})
-        return list(rows.scalars())
+    return await nearest_world(engine, world_context(engine, bank_id, where, vector), index_only=True)
 
 
 def _world(memories: list[Any]) -> int:
@@ -123,13 +85,13 @@ async def test_a_thousand_banks_come_and_go_and_leave_no_slot_or_index_behind(
 ) -> None:
     # one memory claims a slot; five slots: one for a bank that stays, four for the banks that come and go
     async with _engine(make_settings, vector_index_min_rows=1, vector_index_slots=5) as engine:
-        kept, kept_vectors = _data(30, seed=61)
-        await _load(engine, "stays", kept, kept_vectors)
+        kept, kept_vectors = synthetic(30, seed=61)
+        await load(engine, "stays", kept, kept_vectors)
         question = kept[_world(kept)].text
         start = await _claims(engine)
         recalled = await _recalled(engine, "stays", question)
         assert start[0] == {"stays": 1} and set(start[1]) == set(ann.slot_indexes(1)) and all(start[1].values())
-        (memory, *_), vectors = _data(1, seed=62)
+        (memory, *_), vectors = synthetic(1, seed=62)
         for round_ in range(250):
             passing = [f"passing-{round_}-{i}" for i in range(4)]
             await engine.retain_many({b: [memory] for b in passing}, embeddings={b: vectors for b in passing},
@@ -147,10 +109,10 @@ async def test_a_thousand_banks_come_and_go_and_leave_no_slot_or_index_behind(
 async def test_a_bank_shrunk_below_half_the_threshold_gives_its_slot_back_and_ranks_the_same(
     slotted: Engine,
 ) -> None:
-    memories, vectors = _data(30, seed=63)
-    neighbour, neighbour_vectors = _data(30, seed=64)
-    await _load(slotted, "shrinks", memories, vectors)
-    await _load(slotted, "neighbour", neighbour, neighbour_vectors)
+    memories, vectors = synthetic(30, seed=63)
+    neighbour, neighbour_vectors = synthetic(30, seed=64)
+    await load(slotted, "shrinks", memories, vectors)
+    await load(slotted, "neighbour", neighbour, neighbour_vectors)
     ids = [m.id for m in memories]
     left = _world(memories[21:]) + 21  # a world memory that stays
     question, probe = memories[left].text, vectors[left]
@@ -169,33 +131,33 @@ async def test_a_bank_shrunk_below_half_the_threshold_gives_its_slot_back_and_ra
     assert held == {"neighbour": 2} and set(built) == set(ann.slot_indexes(2)) and all(built.values())
     assert await _rows(slotted, "shrinks") == {(False, None): 9, "indexed": False}
     after, plan = await _nearest(slotted, "shrinks", probe)
-    assert "idx_mu_slot" not in plan and after == before == await _exact(slotted, "shrinks", probe)
+    assert "idx_mu_slot" not in plan and after == before == await exact_world(slotted, "shrinks", probe)
     assert await _recalled(slotted, "shrinks", question) == recalled and recalled
     assert await _recalled(slotted, "neighbour", neighbour[_world(neighbour)].text) == next_door
 
 
 async def test_a_forget_gives_the_slot_back_and_a_bank_that_grows_again_claims_one(slotted: Engine) -> None:
-    memories, vectors = _data(60, seed=65)
-    await _load(slotted, "b", memories[:30], vectors[:30])
+    memories, vectors = synthetic(60, seed=65)
+    await load(slotted, "b", memories[:30], vectors[:30])
     assert await slotted.forget("b", [m.id for m in memories[:25]]) == 25  # 5 left: below half of 20
     assert await _claims(slotted) == ({}, {})
     assert await _rows(slotted, "b") == {(False, None): 5, "indexed": False}
     # between half the threshold and the threshold: no slot either way
-    await _load(slotted, "b", memories[30:40], vectors[30:40])
+    await load(slotted, "b", memories[30:40], vectors[30:40])
     assert await _claims(slotted) == ({}, {})
-    stats = await _load(slotted, "b", memories[40:50], vectors[40:50])  # 25: past the threshold
+    stats = await load(slotted, "b", memories[40:50], vectors[40:50])  # 25: past the threshold
     held, built = await _claims(slotted)
     assert held == {"b": 1} and set(built) == set(ann.slot_indexes(1)) and all(built.values())
     assert await _rows(slotted, "b") == {(False, 1): 25, "indexed": False} and stats.index_build_seconds > 0
     world = _world(memories[40:50]) + 40
     ids, plan = await _nearest(slotted, "b", vectors[world])
-    assert "idx_mu_slot1_world" in plan and ids[0] == (await _exact(slotted, "b", vectors[world]))[0]
+    assert "idx_mu_slot1_world" in plan and ids[0] == (await exact_world(slotted, "b", vectors[world]))[0]
 
 
 async def test_a_deleted_banks_slot_is_free_at_once_and_goes_to_the_next_large_bank(slotted: Engine) -> None:
-    (m1, v1), (m2, v2), (m3, v3) = _data(30, seed=66), _data(30, seed=67), _data(30, seed=68)
-    await _load(slotted, "first", m1, v1)
-    await _load(slotted, "second", m2, v2)
+    (m1, v1), (m2, v2), (m3, v3) = synthetic(30, seed=66), synthetic(30, seed=67), synthetic(30, seed=68)
+    await load(slotted, "first", m1, v1)
+    await load(slotted, "second", m2, v2)
     second = await _recalled(slotted, "second", m2[_world(m2)].text)
     async with slotted.db.connect() as conn:
         oids = dict((await conn.execute(text(
@@ -207,13 +169,13 @@ async def test_a_deleted_banks_slot_is_free_at_once_and_goes_to_the_next_large_b
     await ann.reclaim(slotted.db, slotted.settings)  # what a delete does after its commit
     held, built = await _claims(slotted)
     assert held == {"second": 2} and set(built) == set(ann.slot_indexes(2))
-    stats = await _load(slotted, "third", m3, v3)
+    stats = await load(slotted, "third", m3, v3)
     held, built = await _claims(slotted)
     assert held == {"second": 2, "third": 1} and len(built) == 6 and all(built.values())
     assert stats.index_build_seconds > 0
     world = _world(m3)
     ids, plan = await _nearest(slotted, "third", v3[world])
-    assert "idx_mu_slot1_world" in plan and ids[0] == (await _exact(slotted, "third", v3[world]))[0]
+    assert "idx_mu_slot1_world" in plan and ids[0] == (await exact_world(slotted, "third", v3[world]))[0]
     assert (await _recalled(slotted, "third", m3[world].text))[0] == m3[world].id
     # the other bank kept its slot, its very indexes and its answers
     async with slotted.db.connect() as conn:
@@ -223,30 +185,30 @@ async def test_a_deleted_banks_slot_is_free_at_once_and_goes_to_the_next_large_b
 
 
 async def test_a_slot_claimed_before_its_indexes_are_dropped_keeps_them(slotted: Engine) -> None:
-    (m1, v1), (m2, v2) = _data(30, seed=69), _data(30, seed=70)
-    await _load(slotted, "first", m1, v1)
+    (m1, v1), (m2, v2) = synthetic(30, seed=69), synthetic(30, seed=70)
+    await load(slotted, "first", m1, v1)
     async with slotted.db.connect() as conn:
         assert await banks.delete_bank(conn, "first")
-    await _load(slotted, "next", m2, v2)  # claims slot 1 while its old indexes are still there
+    await load(slotted, "next", m2, v2)  # claims slot 1 while its old indexes are still there
     await ann.reclaim(slotted.db, slotted.settings)
     held, built = await _claims(slotted)
     assert held == {"next": 1} and set(built) == set(ann.slot_indexes(1)) and all(built.values())
     world = _world(m2)
     ids, plan = await _nearest(slotted, "next", v2[world])
-    assert "idx_mu_slot1_world" in plan and ids == await _exact(slotted, "next", v2[world])
+    assert "idx_mu_slot1_world" in plan and ids == await exact_world(slotted, "next", v2[world])
 
 
 async def test_a_slot_claimed_while_its_indexes_are_dropped_gets_them_built_again(
     slotted: Engine, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    (m1, v1), (m2, v2) = _data(30, seed=71), _data(30, seed=72)
-    await _load(slotted, "first", m1, v1)
+    (m1, v1), (m2, v2) = synthetic(30, seed=71), synthetic(30, seed=72)
+    await load(slotted, "first", m1, v1)
     async with slotted.db.connect() as conn:
         assert await banks.delete_bank(conn, "first")
         oids = set((await conn.execute(text(
             "SELECT oid FROM pg_class WHERE relname LIKE 'idx\\_mu\\_slot1\\_%'"))).scalars())
     # the drop read the slots held before "next" claimed slot 1, whose build then found its indexes valid
-    await _load(slotted, "next", m2, v2)
+    await load(slotted, "next", m2, v2)
     held_now, stale = ann._held, [set[int]()]
 
     async def read_before_the_claim(conn: Any) -> set[int]:
@@ -263,13 +225,13 @@ async def test_a_slot_claimed_while_its_indexes_are_dropped_gets_them_built_agai
             "SELECT oid FROM pg_class WHERE relname LIKE 'idx\\_mu\\_slot1\\_%'"))).scalars())
     world = _world(m2)
     ids, plan = await _nearest(slotted, "next", v2[world])
-    assert "idx_mu_slot1_world" in plan and ids == await _exact(slotted, "next", v2[world])
+    assert "idx_mu_slot1_world" in plan and ids == await exact_world(slotted, "next", v2[world])
 
 
 async def test_a_zero_threshold_never_gives_a_slot_back(make_settings: Callable[..., Settings]) -> None:
     async with _engine(make_settings, vector_index_min_rows=0) as engine:
-        memories, vectors = _data(3, seed=78)
-        await _load(engine, "b", memories, vectors)
+        memories, vectors = synthetic(3, seed=78)
+        await load(engine, "b", memories, vectors)
         assert await engine.forget("b", [m.id for m in memories]) == 3
         held, built = await _claims(engine)
         assert held == {"b": 1} and set(built) == set(ann.slot_indexes(1))
@@ -279,8 +241,8 @@ async def test_a_slot_taken_before_the_slots_were_turned_off_is_still_given_back
     make_settings: Callable[..., Settings],
 ) -> None:
     async with _engine(make_settings) as engine:
-        memories, vectors = _data(30, seed=73)
-        await _load(engine, "b", memories, vectors)
+        memories, vectors = synthetic(30, seed=73)
+        await load(engine, "b", memories, vectors)
         settings = engine.settings.model_copy(update={"vector_index_slots": 0})
         async with Engine(settings) as restarted:
             assert await restarted.forget("b", [m.id for m in memories[:25]]) == 25
@@ -288,9 +250,9 @@ async def test_a_slot_taken_before_the_slots_were_turned_off_is_still_given_back
 
 
 async def test_on_citus_nothing_is_given_back(slotted: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    memories, vectors = _data(30, seed=74)
-    await _load(slotted, "b", memories, vectors)
-    await _load(slotted, "gone", *_data(30, seed=75))
+    memories, vectors = synthetic(30, seed=74)
+    await load(slotted, "b", memories, vectors)
+    await load(slotted, "gone", *synthetic(30, seed=75))
     before = await _claims(slotted)
     monkeypatch.setattr(slotted.db, "citus", True)  # Citus uses no slots; the guard leaves the tables alone
     assert await slotted.forget("b", [m.id for m in memories[:25]]) == 25
@@ -308,7 +270,7 @@ async def test_a_failed_drop_is_logged_and_the_next_call_drops_what_was_left(
     async def lost(conn: Any) -> list[str]:
         raise OperationalError("DROP INDEX CONCURRENTLY", {}, Exception("server closed the connection"))
 
-    await _load(slotted, "gone", *_data(30, seed=76))
+    await load(slotted, "gone", *synthetic(30, seed=76))
     monkeypatch.setattr(ann, "_drop_orphans", lost)
     with caplog.at_level(logging.WARNING, logger="hindsight_recall.store.ann"):
         assert await slotted.delete_bank("gone")  # the delete is committed: it succeeds
@@ -332,12 +294,12 @@ def _service(settings: Settings) -> Iterator[str]:
 
 
 async def test_the_services_deletes_give_slots_back(make_settings: Callable[..., Settings]) -> None:
-    memories, vectors = _data(24, seed=77)
+    memories, vectors = synthetic(24, seed=77)
     memories = [replace(m, type="world", document_id="most" if i < 14 else "rest") for i, m in enumerate(memories)]
     typed = [replace(m, type="experience" if i < 4 else "world") for i, m in enumerate(memories)]
     async with _engine(make_settings, vector_index_slots=4) as engine:
         for bank_id, ms in {"documents": memories, "typed": typed, "whole": memories}.items():
-            await _load(engine, bank_id, ms, vectors)
+            await load(engine, bank_id, ms, vectors)
         assert set((await _claims(engine))[0]) == {"documents", "typed", "whole"}
         stack = contextlib.ExitStack()
         url = await asyncio.to_thread(stack.enter_context, _service(engine.settings))

@@ -12,11 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 from hindsight_recall import Engine
-from hindsight_recall.bench.synthetic import generate
-from hindsight_recall.protocols import RetrievalContext
-from hindsight_recall.recall.filters import tag_filter
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import ann, banks
+from hindsight_recall.testing.slots import exact_world, load, nearest_world, synthetic, world_context
 from sqlalchemy import text
 
 THRESHOLD = 150
@@ -36,15 +34,6 @@ async def slotted(make_settings: Callable[..., Settings], monkeypatch: pytest.Mo
             await conn.execute(text(f"DROP SCHEMA {settings.database_schema} CASCADE"))
 
 
-def _data(n: int, seed: int) -> tuple[list[Any], np.ndarray]:
-    data = generate(n, seed=seed)  # without references: the tests load a bank in parts
-    return [replace(m, causes=(), source_ids=()) for m in data.memories], data.vectors
-
-
-async def _load(engine: Engine, bank_id: str, memories: list[Any], vectors: np.ndarray) -> Any:
-    return await engine.retain_many({bank_id: memories}, embeddings={bank_id: vectors}, progress=False)
-
-
 async def _state(engine: Engine, bank_id: str) -> tuple[ann.Placement, dict[Any, int], dict[str, bool]]:
     async with engine.db.connect() as conn:
         where = await ann.placement(conn, bank_id)
@@ -54,40 +43,9 @@ async def _state(engine: Engine, bank_id: str) -> tuple[ann.Placement, dict[Any,
     return where, flags, built
 
 
-def _context(engine: Engine, bank_id: str, where: ann.Placement, vector: np.ndarray) -> RetrievalContext:
-    return RetrievalContext(
-        bank_id=bank_id, query="q", tokens=(), embedding=vector.tolist(), fact_types=("world",), limit=10,
-        filter=tag_filter(None, "any"), settings=engine.settings, db=engine.db.limited(1),
-        text_search=engine.text_search, now=None,  # type: ignore[arg-type]
-        indexed=where.slot is not None or where.shared, ann_slot=where.slot,
-    )
-
-
-async def _nearest(engine: Engine, ctx: RetrievalContext, *, index_only: bool = False) -> tuple[list[Any], str]:
-    """The 10 nearest world rows by the statement an arm would run, and the plan it got."""
-    sql = (f"SELECT id FROM memory_units WHERE {ctx.where('world')} "
-           "ORDER BY embedding <=> CAST(:v AS vector) LIMIT 10")
-    params = {**ctx.params(), "v": str(list(ctx.embedding))}
-    async with engine.db.connect() as conn:
-        if index_only:  # a small bank: the planner would sort; show the index can serve the statement
-            await conn.execute(text("SET LOCAL enable_sort = off"))
-        plan = "\n".join((await conn.execute(text(f"EXPLAIN {sql}"), params)).scalars())
-        ids = list((await conn.execute(text(sql), params)).scalars())
-    return ids, plan
-
-
-async def _exact(engine: Engine, bank_id: str, vector: np.ndarray) -> list[Any]:
-    async with engine.db.connect() as conn:
-        await conn.execute(text("SET LOCAL enable_indexscan = off"))
-        rows = await conn.execute(text(
-            "SELECT id FROM memory_units WHERE bank_id = :b AND fact_type = 'world' "
-            "ORDER BY embedding <=> CAST(:v AS vector) LIMIT 10"), {"b": bank_id, "v": str(vector.tolist())})
-        return list(rows.scalars())
-
-
 async def test_bulk_load_past_the_threshold_claims_a_slot_and_builds_its_index_after(slotted: Engine) -> None:
-    memories, vectors = _data(400, seed=31)
-    stats = await _load(slotted, "big", memories, vectors)
+    memories, vectors = synthetic(400, seed=31)
+    stats = await load(slotted, "big", memories, vectors)
     where, flags, built = await _state(slotted, "big")
     assert where == ann.Placement(slot=1)
     assert flags == {(False, 1): 400}
@@ -95,32 +53,32 @@ async def test_bulk_load_past_the_threshold_claims_a_slot_and_builds_its_index_a
     assert stats.index_build_seconds > 0 and stats.as_json()["index_build_seconds"] > 0
     # the recall statement's predicate is the slot index's: the planner can serve it from the index
     world = next(i for i, m in enumerate(memories) if m.type == "world")
-    ctx = _context(slotted, "big", where, vectors[world])
-    ids, plan = await _nearest(slotted, ctx, index_only=True)
+    ctx = world_context(slotted, "big", where, vectors[world])
+    ids, plan = await nearest_world(slotted, ctx, index_only=True)
     assert "idx_mu_slot1_world" in plan and ids and ids[0] == await _exact_first(slotted, "big", vectors[world])
     assert (await slotted.recall("big", memories[world].text, types=["world"]))["results"]
 
 
 async def _exact_first(engine: Engine, bank_id: str, vector: np.ndarray) -> Any:
-    return (await _exact(engine, bank_id, vector))[0]
+    return (await exact_world(engine, bank_id, vector))[0]
 
 
 async def test_rows_are_found_exactly_while_the_slot_has_no_valid_index(slotted: Engine) -> None:
-    memories, vectors = _data(300, seed=32)
-    await _load(slotted, "b", memories, vectors)
+    memories, vectors = synthetic(300, seed=32)
+    await load(slotted, "b", memories, vectors)
     where, _, _ = await _state(slotted, "b")
     world = next(i for i, m in enumerate(memories) if m.type == "world")
-    ctx = _context(slotted, "b", where, vectors[world])
+    ctx = world_context(slotted, "b", where, vectors[world])
     async with slotted.db.maintenance() as conn:  # as in a rebuild, or a build interrupted half-way
         await conn.execute(text("DROP INDEX idx_mu_slot1_world"))
-    ids, plan = await _nearest(slotted, ctx)
-    assert "idx_mu_slot1_world" not in plan and ids == await _exact(slotted, "b", vectors[world])
+    ids, plan = await nearest_world(slotted, ctx)
+    assert "idx_mu_slot1_world" not in plan and ids == await exact_world(slotted, "b", vectors[world])
 
 
 async def test_an_invalid_or_missing_slot_index_is_rebuilt_at_start_and_orphans_dropped(slotted: Engine) -> None:
-    memories, vectors = _data(300, seed=33)
-    await _load(slotted, "keep", memories, vectors)
-    await _load(slotted, "gone", *_data(200, seed=34))
+    memories, vectors = synthetic(300, seed=33)
+    await load(slotted, "keep", memories, vectors)
+    await load(slotted, "gone", *synthetic(200, seed=34))
     async with slotted.db.maintenance() as conn:
         # an interrupted CREATE INDEX CONCURRENTLY leaves the index INVALID
         await conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
@@ -139,23 +97,23 @@ async def test_an_invalid_or_missing_slot_index_is_rebuilt_at_start_and_orphans_
 
 
 async def test_an_interrupted_build_is_repaired_by_the_next_load_into_the_bank(slotted: Engine) -> None:
-    memories, vectors = _data(300, seed=35)
-    await _load(slotted, "b", memories[:250], vectors[:250])
+    memories, vectors = synthetic(300, seed=35)
+    await load(slotted, "b", memories[:250], vectors[:250])
     async with slotted.db.maintenance() as conn:
         await conn.execute(text("UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
                                 "CAST('idx_mu_slot1_world' AS regclass)"))
-    stats = await _load(slotted, "b", memories[250:], vectors[250:])
+    stats = await load(slotted, "b", memories[250:], vectors[250:])
     _, _, built = await _state(slotted, "b")
     assert stats.index_build_seconds > 0 and all(built[name] for name in ann.slot_indexes(1))
 
 
 async def test_small_retain_into_an_indexed_bank_enters_its_index_without_a_rebuild(slotted: Engine) -> None:
-    memories, vectors = _data(420, seed=36)
-    await _load(slotted, "b", memories[:400], vectors[:400])
+    memories, vectors = synthetic(420, seed=36)
+    await load(slotted, "b", memories[:400], vectors[:400])
     async with slotted.db.connect() as conn:
         oids = dict((await conn.execute(text(
             "SELECT relname, oid FROM pg_class WHERE relname LIKE 'idx\\_mu\\_slot1\\_%'"))).all())
-    stats = await _load(slotted, "b", memories[400:], vectors[400:])
+    stats = await load(slotted, "b", memories[400:], vectors[400:])
     where, flags, built = await _state(slotted, "b")
     async with slotted.db.connect() as conn:
         after = dict((await conn.execute(text(
@@ -163,16 +121,16 @@ async def test_small_retain_into_an_indexed_bank_enters_its_index_without_a_rebu
     assert stats.index_build_seconds == 0 and after == oids  # the same indexes: rows entered them
     assert where.slot == 1 and sum(flags.values()) == 420 and all(built.values())
     new = next(i for i in range(400, 420) if memories[i].type == "world")
-    ids, plan = await _nearest(slotted, _context(slotted, "b", where, vectors[new]), index_only=True)
+    ids, plan = await nearest_world(slotted, world_context(slotted, "b", where, vectors[new]), index_only=True)
     assert "idx_mu_slot1_world" in plan and ids[0] == await _exact_first(slotted, "b", vectors[new])
 
 
 async def test_a_large_load_into_an_indexed_bank_rebuilds_its_indexes(slotted: Engine) -> None:
-    memories, vectors = _data(600, seed=37)
-    await _load(slotted, "b", memories[:300], vectors[:300])
+    memories, vectors = synthetic(600, seed=37)
+    await load(slotted, "b", memories[:300], vectors[:300])
     async with slotted.db.connect() as conn:
         oid = await conn.scalar(text("SELECT CAST('idx_mu_slot1_world' AS regclass)::oid"))
-    stats = await _load(slotted, "b", memories[300:], vectors[300:])
+    stats = await load(slotted, "b", memories[300:], vectors[300:])
     async with slotted.db.connect() as conn:
         rebuilt = await conn.scalar(text("SELECT CAST('idx_mu_slot1_world' AS regclass)::oid"))
     _, flags, built = await _state(slotted, "b")
@@ -183,26 +141,26 @@ async def test_a_large_load_into_an_indexed_bank_rebuilds_its_indexes(slotted: E
 async def test_concurrent_loads_of_two_banks_get_a_slot_each_and_the_next_bank_the_shared_index(
     slotted: Engine,
 ) -> None:
-    (m1, v1), (m2, v2), (m3, v3) = _data(300, seed=38), _data(300, seed=39), _data(200, seed=40)
-    await asyncio.gather(_load(slotted, "one", m1, v1), _load(slotted, "two", m2, v2))
+    (m1, v1), (m2, v2), (m3, v3) = synthetic(300, seed=38), synthetic(300, seed=39), synthetic(200, seed=40)
+    await asyncio.gather(load(slotted, "one", m1, v1), load(slotted, "two", m2, v2))
     one, _, _ = await _state(slotted, "one")
     two, _, built = await _state(slotted, "two")
     assert {one.slot, two.slot} == {1, 2} and len(built) == 2 * len(ann.slot_indexes(1)) and all(built.values())
-    await _load(slotted, "three", m3, v3)  # every slot is taken
+    await load(slotted, "three", m3, v3)  # every slot is taken
     three, flags, _ = await _state(slotted, "three")
     assert three == ann.Placement(shared=True) and flags == {(True, None): 200}
     for bank_id, (m, v) in {"one": (m1, v1), "two": (m2, v2), "three": (m3, v3)}.items():
         where, _, _ = await _state(slotted, bank_id)
         world = next(i for i, x in enumerate(m) if x.type == "world")
-        ids, _ = await _nearest(slotted, _context(slotted, bank_id, where, v[world]))
+        ids, _ = await nearest_world(slotted, world_context(slotted, bank_id, where, v[world]))
         assert ids and ids[0] == await _exact_first(slotted, bank_id, v[world])
 
 
 async def test_a_bank_crossing_the_threshold_by_small_retains_claims_a_slot(slotted: Engine) -> None:
-    memories, vectors = _data(200, seed=41)
-    await _load(slotted, "b", memories[:100], vectors[:100])
+    memories, vectors = synthetic(200, seed=41)
+    await load(slotted, "b", memories[:100], vectors[:100])
     small, _, _ = await _state(slotted, "b")
-    stats = await _load(slotted, "b", memories[100:], vectors[100:])
+    stats = await load(slotted, "b", memories[100:], vectors[100:])
     where, flags, built = await _state(slotted, "b")
     assert small == ann.Placement() and where == ann.Placement(slot=1)
     assert flags == {(False, 1): 200} and stats.index_build_seconds > 0 and all(built.values())
@@ -215,7 +173,7 @@ async def test_no_slots_puts_a_large_bank_into_the_shared_indexes(
     async with Engine(make_settings(database_schema=schema, vector_index_min_rows=50,
                                     vector_index_slots=0)) as engine:
         try:
-            stats = await _load(engine, "b", *_data(120, seed=42))
+            stats = await load(engine, "b", *synthetic(120, seed=42))
             where, _, built = await _state(engine, "b")
             assert where == ann.Placement(shared=True) and built == {} and stats.index_build_seconds == 0
         finally:
@@ -233,11 +191,11 @@ def test_placement_predicates() -> None:
 async def test_a_failed_bulk_load_builds_again_the_indexes_it_dropped(slotted: Engine) -> None:
     from hindsight_recall.errors import RetainError
 
-    memories, vectors = _data(600, seed=43)
-    await _load(slotted, "b", memories[:300], vectors[:300])
+    memories, vectors = synthetic(600, seed=43)
+    await load(slotted, "b", memories[:300], vectors[:300])
     broken = [*memories[300:-1], replace(memories[-1], causes=("not-in-the-bank",))]
     with pytest.raises(RetainError, match="not-in-the-bank"):
-        await _load(slotted, "b", broken, vectors[300:])
+        await load(slotted, "b", broken, vectors[300:])
     where, flags, built = await _state(slotted, "b")
     assert where.slot == 1 and flags == {(False, 1): 300} and all(built[name] for name in ann.slot_indexes(1))
 
@@ -247,8 +205,8 @@ async def test_a_large_bank_recalled_alone_spreads_its_arms_over_a_statement_per
 ) -> None:
     from hindsight_recall.recall import pipeline
 
-    memories, vectors = _data(THRESHOLD + 50, seed=5)
-    await _load(slotted, "big", memories, vectors)
+    memories, vectors = synthetic(THRESHOLD + 50, seed=5)
+    await load(slotted, "big", memories, vectors)
     question = memories[0].text
 
     async def recall() -> tuple[list[str], dict[str, Any]]:

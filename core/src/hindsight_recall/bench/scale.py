@@ -42,7 +42,9 @@ from .synthetic import BenchQuery, generate, queries
 __all__ = ["CONFIGS", "QueryVectors", "ScaleOptions", "int_list", "machine", "percentiles", "phase_seconds",
            "run_scale"]
 
-TABLES = ("memory_units", "memory_links", "unit_entities", "entities", "chunks", "observation_sources")
+#: every table that holds a bank's rows: its size on disk is theirs
+TABLES = ("memory_units", "memory_links", "unit_entities", "entities", "chunks", "observation_sources",
+          "documents", "term_stats")
 EMBED_SAMPLE = 1000
 
 

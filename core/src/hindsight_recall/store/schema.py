@@ -422,11 +422,24 @@ async def _v18_rows(upgrade: Upgrade) -> None:
                              "AND from_unit_id > :after AND from_unit_id <= :upto")
 
 
+def _v19(dimensions: int) -> list[str]:
+    return []  # index drops only: online, by _v19_rows
+
+
+async def _v19_rows(upgrade: Upgrade) -> None:
+    # Indexes no statement uses any more, each a cost on every write and on disk: the occurrence
+    # dates are searched through the range index (migration 9), and links from a memory through the
+    # key, which leads with the memory (a memory has a few dozen links at most).
+    how = "CONCURRENTLY " if upgrade.online else ""
+    for name in ("idx_mu_occurred_start", "idx_mu_occurred_end", "idx_links_from"):
+        await upgrade.execute(f"DROP INDEX {how}IF EXISTS {name}")
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
-    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18,
+    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19,
 }
 
 
@@ -442,7 +455,7 @@ DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _
 #: row rewrites in batches, indexes built concurrently, so recalls and retains go on meanwhile. Each
 #: step is idempotent: an upgrade stopped half-way resumes at the next start.
 ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {
-    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill, 14: _v14_rows, 17: _v17_rows, 18: _v18_rows,
+    8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill, 14: _v14_rows, 17: _v17_rows, 18: _v18_rows, 19: _v19_rows,
 }
 
 
