@@ -432,3 +432,23 @@ def test_non_temporal_query_never_loads_the_date_finder() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("query", ["Who scored 3 goals?", "What happened with Entity 05 and Entity 17?",
+                                   "Room 101 booking"])
+def test_a_bare_number_names_no_day_and_does_not_wake_the_date_finder(
+    query: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def finder(*_: object) -> None:
+        raise AssertionError("the date finder was asked")
+
+    monkeypatch.setattr(window, "_finder_day", finder)
+    assert window.read_window(query, datetime(2024, 6, 15, tzinfo=UTC)) is None
+
+
+@pytest.mark.parametrize(("query", "day"), [("What happened on the 17th?", date(2024, 6, 17)),
+                                            ("What did we do on 05/17?", date(2024, 5, 17)),
+                                            ("What about 12.05.2023?", date(2023, 5, 12))])
+def test_numbers_shaped_like_a_date_still_reach_the_date_finder(query: str, day: date) -> None:
+    found = window.read_window(query, datetime(2024, 6, 15, tzinfo=UTC))
+    assert found is not None and found.window.start.date() == day == found.window.end.date()

@@ -72,6 +72,9 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 # NUL and other control characters, and lone surrogates that cannot be encoded.
 _UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 _DIGITS = re.compile(r"\d+")
+#: numbers in a shape a date or time has: an ordinal (17th), day and month (05/17, 12.05.2023), a time of
+#: day (5 pm, 10:30); a bare number ("scored 3 goals", "Entity 05") names no day on its own
+_DATE_DIGITS = re.compile(r"\d(?:st|nd|rd|th)\b|\d\s*[/.:\-]\s*\d|\d\s*(?:[ap]\.?m\b|h\b|o'?clock)")
 _AFTER_CONTEXT = re.compile(rf"\b(?:{CONTEXT})\s+$")
 # The gate lets "in the fall" through to the season rule; a scored "in the sun" is no Sunday.
 _GATE_CONTEXT = re.compile(rf"\b(?:{CONTEXT})\s+(?:the\s+)?$")
@@ -200,12 +203,13 @@ def _may_be_temporal(text: str) -> bool:
 
 
 def _may_name_a_day(text: str) -> bool:
-    """Whether the date finder could score a match here: a number, or a month, weekday or "now" word.
+    """Whether the date finder could score a match here: a number in a date's or a time's shape, or a
+    month, weekday or "now" word.
 
-    A period word alone ("what day", "which year") never makes a match count, and the finder takes
-    about 60 ms (the slowest step of many recalls), so it is not asked.
+    A period word alone ("what day", "which year") or a bare number ("Entity 05") never makes a match
+    count, and the finder takes about 30 ms (the slowest step of such a recall), so it is not asked.
     """
-    return bool(_DIGITS.search(text)) or any(
+    return bool(_DATE_DIGITS.search(text)) or any(
         _is_date_word(m, text, _AFTER_CONTEXT) for pattern, points in _SCORES[:3] for m in pattern.finditer(text))
 
 
