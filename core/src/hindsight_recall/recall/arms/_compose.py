@@ -56,11 +56,11 @@ async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement]
     params = {k: v for st in statements for k, v in st.params.items()}
     wanted = {k: v for st in statements for k, v in st.ann.items()}
     timeouts = [st.timeout for st in statements if st.timeout is not None]
-    async with asyncio.timeout(min(timeouts) if timeouts else None):
-        # a CTE no sub-select of a statement names is never run: each statement may carry them all
-        ran = await asyncio.gather(*(_run(ctx, with_ctes(ctes, " UNION ALL ".join(
-            f"(SELECT {i} AS arm_index, q.* FROM {sub} AS q)" for i, sub in group)), params, wanted, ann)
-            for group in groups))
+    timeout = min(timeouts) if timeouts else None
+    # a CTE no sub-select of a statement names is never run: each statement may carry them all
+    ran = await asyncio.gather(*(_run(ctx, with_ctes(ctes, " UNION ALL ".join(
+        f"(SELECT {i} AS arm_index, q.* FROM {sub} AS q)" for i, sub in group)), params, wanted, ann, timeout)
+        for group in groups))
     hits: dict[tuple[int, str], list[Hit]] = {(i, ft): [] for i in range(len(statements)) for ft in ctx.fact_types}
     for keys, rows, _ in ran:
         read, at_type = row_reader(keys), keys.index("fact_type")
@@ -81,12 +81,14 @@ def _by_fact_type(statements: Sequence[ArmStatement], types: int) -> list[list[t
 
 
 async def _run(ctx: RetrievalContext, sql: str, params: dict[str, Any], wanted: dict[str, str],
-               ann: AnnSettings) -> tuple[tuple[str, ...], Sequence[Any], float]:
+               ann: AnnSettings, timeout: float | None) -> tuple[tuple[str, ...], Sequence[Any], float]:
     async with ctx.db.connect() as conn:
-        if wanted:
-            await ann.apply(conn, wanted)
-        started = time.perf_counter()
-        result = await conn.execute(text(sql), params)
-        keys = tuple(result.keys())
-        rows = result.all()
-        return keys, rows, time.perf_counter() - started
+        # the clock starts once a connection is held: waiting for one is not the arms' work
+        async with asyncio.timeout(timeout):
+            if wanted:
+                await ann.apply(conn, wanted)
+            started = time.perf_counter()
+            result = await conn.execute(text(sql), params)
+            keys = tuple(result.keys())
+            rows = result.all()
+            return keys, rows, time.perf_counter() - started
