@@ -495,3 +495,21 @@ async def test_adding_a_worker_and_rebalancing_loses_nothing_while_banks_are_in_
     assert f"{node[0]}:{node[1]}" in {n for nodes in placed.values() for n in nodes.values()}
     for bank in acknowledged:
         await engine.delete_bank(bank)
+
+
+async def test_a_bulk_load_vacuums_and_analyzes_the_shards_holding_its_bank(engine: Engine) -> None:
+    """As the single node vacuums its tables after a bulk load, so that the first recall has statistics
+    and visibility maps: on Citus only the loaded bank's shards, on their workers."""
+    require_citus(engine)
+    bank = f"vacuum-{uuid.uuid4().hex[:8]}"
+    await engine.retain(bank, _synthetic(bank, 60))
+    check = ("$$SELECT coalesce(last_vacuum IS NOT NULL AND last_analyze IS NOT NULL, false) "
+             "FROM pg_stat_user_tables WHERE relid = '%s'::regclass$$")
+    async with engine.db.connect() as conn:
+        for table in ("memory_units", "unit_entities"):
+            shard = await conn.scalar(text(f"SELECT get_shard_id_for_distribution_column('{table}', CAST(:b AS text))"),
+                                        {"b": bank})
+            done = dict((await conn.execute(text(
+                f"SELECT shardid, result FROM run_command_on_placements('{table}', {check})"))).all())
+            assert done[shard] == "t", (table, shard, done[shard])
+    await engine.delete_bank(bank)

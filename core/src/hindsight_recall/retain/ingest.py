@@ -29,6 +29,7 @@ from ..protocols import EmbeddingProvider, TextSearchBackend
 from ..settings import Settings
 from ..store import ann, banks, term_stats
 from ..store._bincopy import driver_connection
+from ..store.citus import vacuum_shards
 from ..store.db import Database
 from ..store.schema import DOCUMENT_KEY
 from ..store.vector_types import register_vector
@@ -182,21 +183,33 @@ class Ingestor:
             await self._build(slots)
             raise
         stats.index_build_seconds = await self._build(slots)
-        # On Citus the coordinator holds no rows (no estimate) and a VACUUM runs on every shard of the
-        # cluster: the workers' autovacuum looks after their shards instead.
-        if not self.db.citus and needs_maintenance(stats.memories, table_rows):
-            # What autovacuum would do within a minute of a bulk load, done before the first recall:
-            # statistics for the keyword arm's term frequencies, and visibility maps, without which
-            # the graph arm's index-only walks over entity pairs fetch every heap row.
-            t1 = time.perf_counter()
-            try:
-                async with ann.maintenance_turn(self.db):  # never beside an index build: they deadlock
-                    await self.db.vacuum_analyze(MAINTAINED_TABLES)
-            except Exception as exc:  # the memories are committed; this only speeds up recall
-                log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
-            stats.maintenance_seconds = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        await self._maintain(batches, stats.memories, table_rows)
+        stats.maintenance_seconds = time.perf_counter() - t1
         stats.seconds = time.perf_counter() - started
         return stats
+
+    async def _maintain(self, batches: Mapping[str, Sequence[Memory]], written: int, table_rows: float) -> None:
+        """After a bulk load, what autovacuum would do within a minute of it, done before the first
+        recall: statistics for the planner and the keyword arm's term frequencies, and visibility maps,
+        without which the graph arm's index-only walks over entity pairs fetch every heap row (a recall
+        right after a load into a 50k-memory Citus cluster: 80 ms without, 36 ms with).
+
+        On Citus only the shards holding the loaded banks are vacuumed, on their workers: the
+        coordinator holds no rows to estimate the tables by, and a VACUUM of the tables would run on
+        every shard of the cluster.
+        """
+        try:
+            if self.db.citus:
+                loaded = [b for b, ms in batches.items() if needs_maintenance(len(ms), 0)]
+                if loaded:
+                    async with self.db.connect() as conn:
+                        await vacuum_shards(conn, loaded, MAINTAINED_TABLES)
+            elif needs_maintenance(written, table_rows):
+                async with ann.maintenance_turn(self.db):  # never beside an index build: they deadlock
+                    await self.db.vacuum_analyze(MAINTAINED_TABLES)
+        except Exception as exc:  # the memories are committed; this only speeds up recall
+            log.warning("VACUUM (ANALYZE) after the load failed, autovacuum will do it later: %s", exc)
 
     async def _write(
         self, batches: Mapping[str, Sequence[Memory]], vectors: np.ndarray, lines: Mapping[str, Sequence[int]] | None,

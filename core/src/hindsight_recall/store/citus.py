@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DatabaseError
 from ..protocols import TextSearchBackend
 from ._bincopy import driver_connection
 
@@ -107,6 +107,26 @@ async def has_citus(conn: AsyncConnection) -> bool:
         _coordinators[store] = bool(await conn.scalar(text(
             "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")))
     return _coordinators[store]
+
+
+async def vacuum_shards(conn: AsyncConnection, bank_ids: Sequence[str], tables: Sequence[str]) -> None:
+    """``VACUUM (ANALYZE)`` the shards of ``tables`` that hold the banks' rows, each on its worker
+    (a VACUUM cannot run in a transaction, and on the coordinator it would run on every shard).
+
+    :raises DatabaseError: a worker refused one (its message), after the others ran.
+    """
+    result = await conn.execute(text(
+        "SELECT w.node_name, w.success, w.result FROM ("
+        "SELECT array_agg(s.nodename) AS names, array_agg(s.nodeport) AS ports, "
+        "array_agg(format('VACUUM (ANALYZE) %s', shard_name(s.table_name, s.shardid))) AS commands "
+        "FROM citus_shards s WHERE s.shardid IN (SELECT DISTINCT get_shard_id_for_distribution_column(t, b) "
+        "FROM unnest(CAST(:tables AS text[])) AS t, unnest(CAST(:banks AS text[])) AS b)) q "
+        "CROSS JOIN LATERAL master_run_on_worker(q.names, q.ports, q.commands, true) AS w "
+        "WHERE q.names IS NOT NULL"
+    ), {"tables": list(tables), "banks": list(bank_ids)})
+    failed = [f"{r.node_name}: {r.result}" for r in result if not r.success]
+    if failed:
+        raise DatabaseError("; ".join(failed))
 
 
 def compatible_backends(plugins: Any) -> list[str]:
