@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
-from ..recall.arms.temporal import NEIGHBOUR_HOURS, NEIGHBOURS_PER_SIDE
+from ..recall.arms.temporal import NEIGHBOUR_HOURS, NEIGHBOURS_PER_SIDE, neighbour_weight
 from ..store import banks
 from ..store.db import database_errors
 from ..store.graph import MAX_EDGES, GraphPage, graph_page
@@ -73,7 +73,7 @@ def _nearby(page: GraphPage) -> Iterator[Edge]:
             hours = (later.event_date - earlier.event_date).total_seconds() / 3600
             if hours > NEIGHBOUR_HOURS:
                 break
-            yield later.id, earlier.id, "temporal", max(0.3, 1 - hours / NEIGHBOUR_HOURS), ""
+            yield later.id, earlier.id, "temporal", neighbour_weight(hours), ""
 
 
 def _inferred(page: GraphPage, names: dict[Any, list[str]]) -> Iterator[Edge]:

@@ -136,6 +136,12 @@ def relevance(similarity: float, proximity_value: float) -> float:
     return similarity + PROXIMITY_WEIGHT * proximity_value
 
 
+def neighbour_weight(hours: float) -> float:
+    """How strongly two memories ``hours`` apart are linked in time: ``max(0.3, 1 − Δh/24)``
+    (the spreading statement computes the same in SQL)."""
+    return max(0.3, 1 - abs(hours) / NEIGHBOUR_HOURS)
+
+
 def propagate(t_parent: float, weight: float, link_type: str, p_child: float) -> float:
     """A neighbour's activation: ``max(p_child, t_parent × weight × factor × 0.7)``.
 
