@@ -240,7 +240,7 @@ async def test_a_failed_or_interrupted_run_deletes_its_banks(engine: Any, tmp_pa
     # Ctrl-C: the command in a process of its own, interrupted while it times recalls
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hindsight_recall.cli", *TINY, "--queries", "40", "--budget", "low,mid,high",
+        sys.executable, "-m", "hindsight_recall.cli", *TINY, "--queries", "400", "--budget", "low,mid,high",
         "--database-url", driver_url(engine), "--banks", "2", "--out", str(tmp_path / "out2"),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     assert process.stdout is not None
