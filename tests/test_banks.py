@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from hindsight_recall import Engine, cli, cli_banks, cli_engine
 from hindsight_recall.errors import BankNotFound, DatabaseError, InvalidRequest
-from hindsight_recall.retain import _rows, ingest
+from hindsight_recall.retain import _rows, _transaction
 from hindsight_recall.retain._rows import entity_id, unit_id
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import banks, schema
@@ -108,7 +108,7 @@ async def test_migration_gives_rows_with_separators_their_new_ids(
         pytest.skip(_UPGRADES_BEFORE_CITUS)
     bank = fresh("mig\x1f")
     with monkeypatch.context() as patch:  # rows as the joined ids wrote them
-        patch.setattr(ingest, "unit_id", _old_unit_id)
+        patch.setattr(_transaction, "unit_id", _old_unit_id)
         patch.setattr(_rows, "entity_id", _old_entity_id)
         await engine.retain(bank, [
             {"id": "fact", "text": "Erin bakes bread on Sundays.", "entities": ["Erin"],
@@ -148,7 +148,7 @@ async def test_migration_7_upgrades_a_version_6_store(
     # needs, are independent of 7 and applied too)
     with monkeypatch.context() as patch:
         patch.setattr(schema, "MIGRATIONS", {v: f for v, f in schema.MIGRATIONS.items() if v != 7})
-        patch.setattr(ingest, "unit_id", _old_unit_id)
+        patch.setattr(_transaction, "unit_id", _old_unit_id)
         patch.setattr(_rows, "entity_id", _old_entity_id)
         async with Engine(settings) as old:
             await old.retain(bank, [{"id": "k", "text": "Kim grows tomatoes.", "entities": ["Kim"]}])

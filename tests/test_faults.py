@@ -166,7 +166,7 @@ def test_two_commands_on_a_fresh_data_dir_both_start(tmp_path: Path) -> None:
 async def test_retain_waits_for_a_delete_of_its_bank_or_the_delete_waits_for_it(
     engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hindsight_recall.retain import ingest
+    from hindsight_recall.retain import _transaction as ingest
 
     await engine.retain(bank, [{"id": "a", "text": "Alice runs."}])
     reached, go = asyncio.Event(), asyncio.Event()

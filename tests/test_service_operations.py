@@ -66,8 +66,14 @@ def new_bank() -> str:
     return f"ops-{uuid.uuid4().hex[:10]}"
 
 
-def items(n: int, prefix: str = "Fact") -> list[dict[str, Any]]:
-    return [{"content": f"{prefix} number {i}: the lighthouse keeper logged ship {i} at dawn."} for i in range(n)]
+def items(n: int, prefix: str = "Fact", per_document: int | None = None) -> list[dict[str, Any]]:
+    """``n`` items; without ``per_document`` all in the one document a retain generates, else in
+    documents of ``per_document`` items each."""
+    made = [{"content": f"{prefix} number {i}: the lighthouse keeper logged ship {i} at dawn."} for i in range(n)]
+    if per_document:
+        for i, item in enumerate(made):
+            item["document_id"] = f"{prefix}-{i // per_document}"
+    return made
 
 
 def queue(http: httpx.Client, bank_id: str, body_items: list[dict[str, Any]], **extra: Any) -> str:
@@ -164,10 +170,10 @@ async def test_async_client_calls(server: Any) -> None:
     await client.aclose()
 
 
-def test_a_big_async_retain_runs_in_chunks(http: httpx.Client, client: Any) -> None:
+def test_a_big_async_retain_runs_in_chunks_of_whole_documents(http: httpx.Client, client: Any) -> None:
     bank_id = new_bank()
     n = CHUNK * 7 + 3
-    operation_id = queue(http, bank_id, items(n))
+    operation_id = queue(http, bank_id, items(n, per_document=CHUNK))
     seen = set()
     deadline = time.monotonic() + 120
     while (found := operation(http, bank_id, operation_id))["status"] != "completed":
@@ -179,6 +185,34 @@ def test_a_big_async_retain_runs_in_chunks(http: httpx.Client, client: Any) -> N
     assert seen <= {0, *range(CHUNK, n, CHUNK), n}  # progress moves a whole chunk at a time
     assert total(http, bank_id) == n
     assert client.recall(bank_id, "ship 123 at dawn", budget="low").results
+
+
+def test_one_document_is_written_whole_however_big(http: httpx.Client) -> None:
+    bank_id = new_bank()
+    n = CHUNK * 3 + 1
+    operation_id = queue(http, bank_id, items(n))  # one generated document
+    seen = set()
+    while (found := operation(http, bank_id, operation_id))["status"] != "completed":
+        if found["progress"]:
+            seen.add(found["progress"]["processed"])
+        seen.add(total(http, bank_id))
+        time.sleep(0.01)
+    assert seen <= {0, n} and total(http, bank_id) == n  # never a part of it
+
+
+def test_a_document_replaced_in_the_background_is_all_old_or_all_new(http: httpx.Client) -> None:
+    bank_id = new_bank()
+    old = [{"content": f"Old line {i} of the manual.", "document_id": "manual"} for i in range(CHUNK * 2)]
+    assert http.post(f"/v1/default/banks/{bank_id}/memories", json={"items": old, "async": False}).status_code == 200
+    new = [{"content": f"New line {i} of the manual.", "document_id": "manual"} for i in range(CHUNK * 3)]
+    operation_id = queue(http, bank_id, new)
+    states = set()
+    while operation(http, bank_id, operation_id)["status"] != "completed":
+        listed = http.get(f"/v1/default/banks/{bank_id}/memories/list", params={"limit": 1000}).json()["items"]
+        states.add(frozenset(m["text"].split()[0] for m in listed))
+    listed = http.get(f"/v1/default/banks/{bank_id}/memories/list", params={"limit": 1000}).json()["items"]
+    assert sorted(m["text"] for m in listed) == sorted(i["content"] for i in new)
+    assert states <= {frozenset({"Old"}), frozenset({"New"})}, states
 
 
 def test_documents_behave_as_in_a_synchronous_retain(http: httpx.Client) -> None:
@@ -498,7 +532,7 @@ def test_a_killed_servers_operation_is_taken_again_after_its_lease(shared_url: s
     bank_id, n = new_bank(), PROCESS_CHUNK * 30
     try:
         with httpx.Client(base_url=first.url, timeout=60) as http:
-            operation_id = queue(http, bank_id, items(n))
+            operation_id = queue(http, bank_id, items(n, per_document=PROCESS_CHUNK))
             wait_until_running(http, bank_id, operation_id)
     finally:
         first.stop(signal.SIGKILL)
@@ -519,7 +553,7 @@ def test_sigterm_during_a_big_async_retain_stops_at_once_and_it_resumes(shared_u
     bank_id, n = new_bank(), PROCESS_CHUNK * 40
     try:
         with httpx.Client(base_url=first.url, timeout=60) as http:
-            operation_id = queue(http, bank_id, items(n))
+            operation_id = queue(http, bank_id, items(n, per_document=PROCESS_CHUNK))
             wait_until_running(http, bank_id, operation_id)
     finally:
         seconds = first.stop()

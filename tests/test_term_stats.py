@@ -71,14 +71,8 @@ async def test_a_replaced_document_keeps_the_counts_exact(engine: Engine) -> Non
 
     async def send(contents: list[str]) -> None:
         body = RetainBody(items=[{"content": c, "document_id": "diary"} for c in contents])
-        async with engine.db.connect() as conn:
-            from hindsight_recall.store import listing
-
-            existing = {"diary": await listing.document_memory_ids(conn, bank, "diary")}
-        memories, stale = build_memories(bank, body, existing)
-        await engine.retain(bank, memories)
-        if stale:
-            await engine.forget(bank, stale)
+        memories, replaced = build_memories(bank, body, {})
+        await engine.retain(bank, memories, replace_documents=replaced)
 
     await send(["Alice glazed a bowl.", "Bob fired the kiln.", "Carol threw a vase."])
     await send(["Alice glazed a plate."])

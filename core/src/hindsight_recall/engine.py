@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -122,7 +122,7 @@ class Engine:
 
     async def retain(
         self, bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], *, progress: bool | None = None,
-        embeddings: Sequence[Sequence[float]] | None = None,
+        embeddings: Sequence[Sequence[float]] | None = None, replace_documents: Iterable[str] = (),
     ) -> RetainStats:
         """Store memories in a bank; re-retaining an id updates it. All or nothing.
 
@@ -131,16 +131,22 @@ class Engine:
         :param progress: show a progress bar (default: when stderr is a terminal).
         :param embeddings: precomputed vectors, one per memory in order (a list of lists or a numpy
             array); the embedding model is then not run.
+        :param replace_documents: documents these memories replace whole: a memory of one of them that is
+            not among ``memories`` is forgotten in the same transaction, so every reader sees each
+            document all old or all new.
         """
         if isinstance(memories, str | bytes | Mapping | Memory) or not isinstance(memories, Iterable):
             raise RetainError(None, "memories", f"expected a list of memories, got {type(memories).__name__}")
         items = [m if isinstance(m, Memory) else parse_memory(m, i)[1] for i, m in enumerate(memories, start=1)]
         return await self.retain_many({bank_id: items}, progress=progress,
-                                      embeddings=None if embeddings is None else {bank_id: embeddings})
+                                      embeddings=None if embeddings is None else {bank_id: embeddings},
+                                      replace_documents={bank_id: _texts("replace_documents", replace_documents)})
 
     async def retain_many(
         self, batches: Mapping[str, Sequence[Memory]], *, lines: Mapping[str, Sequence[int]] | None = None,
         progress: bool | None = None, embeddings: Mapping[str, Sequence[Sequence[float]]] | None = None,
+        replace_documents: Mapping[str, Collection[str]] | None = None,
+        within: Callable[[AsyncConnection], Awaitable[None]] | None = None,
     ) -> RetainStats:
         """Store several banks' memories in one transaction.
 
@@ -149,6 +155,9 @@ class Engine:
         :param progress: show a progress bar (default: when stderr is a terminal).
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
             needs its vectors, and the embedding model is not run.
+        :param replace_documents: bank id -> documents replaced whole (see :meth:`retain`).
+        :param within: more work for the same transaction, ``await within(conn)`` once the memories are
+            written: it commits with them or, if it raises, nothing does.
         """
         if not isinstance(batches, Mapping) or not all(
             isinstance(ms, Sequence) and not isinstance(ms, str) and all(isinstance(m, Memory) for m in ms)
@@ -157,9 +166,9 @@ class Engine:
             raise RetainError(None, "batches", "expected a mapping of bank id to a list of Memory objects")
         # A retain is one transaction and re-retaining an id updates it, so a retry is safe.
         with database_errors("retain"):
-            return await self._retrying(
-                "retain", lambda: self._ingestor.retain(batches, lines=lines, progress=progress, embeddings=embeddings)
-            )
+            return await self._retrying("retain", lambda: self._ingestor.retain(
+                batches, lines=lines, progress=progress, embeddings=embeddings, replace_documents=replace_documents,
+                within=within))
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens``.
@@ -248,6 +257,16 @@ class Engine:
         return await self._in_bank("list_memories", bank_id,
                                    lambda conn, bank: listing.list_memories(conn, bank, **filters))
 
+    async def document_memory_ids(self, bank_id: str, documents: Iterable[str]) -> dict[str, list[str]]:
+        """Each document's memory ids in document order (none for a document the bank does not have).
+
+        :param bank_id: the bank.
+        :param documents: document ids.
+        """
+        wanted = _texts("documents", documents)
+        return await self._in_bank("document_memory_ids", bank_id,
+                                   lambda conn, bank: listing.document_memory_ids(conn, bank, wanted))
+
     async def forget(self, bank_id: str, ids: Iterable[str]) -> int:
         """Remove memories by their ids with their links, entity pairs and unused chunks; return the count.
 
@@ -277,6 +296,14 @@ class Engine:
                 log.warning("restarted the embedded PostgreSQL server after it stopped")
         except DatabaseError as failure:
             log.warning("could not restart the embedded PostgreSQL server: %s", failure)
+
+
+def _texts(name: str, values: Iterable[str]) -> list[str]:
+    """A list of strings given as any iterable of them (never a bare string, which iterates by letter)."""
+    found = [] if isinstance(values, str | bytes) else list(values)
+    if isinstance(values, str | bytes) or not all(isinstance(v, str) for v in found):
+        raise InvalidRequest(name, "expected a list of strings")
+    return found
 
 
 def _schema_failure(exc: DBAPIError, text_search: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -149,7 +149,7 @@ def short_key(chunk_id: str, bank_id: str | None = None) -> str:
 
 
 async def write_chunks(
-    conn: AsyncConnection, bank_id: str, memories: Sequence[Memory]
+    conn: AsyncConnection, bank_id: str, memories: Sequence[Memory], *, renumber: Collection[str] = ()
 ) -> list[str | None]:
     """Store each distinct source chunk once; return every memory's chunk id.
 
@@ -159,8 +159,11 @@ async def write_chunks(
     without a document is ``{bank}__{digest}``, which no document id can produce; a longer id than
     :data:`MAX_CHUNK_ID_BYTES` becomes its digest (:func:`short_key`). The table's key is (bank, id),
     so no bank can replace another's chunk. Ids stored before escaping keep theirs.
+
+    :param renumber: documents written anew (replaced whole): their chunks are numbered from 0 in the
+        memories' order, over the ids they had, so the document reads in its new order.
     """
-    docs = sorted({m.document_id for m in memories if m.chunk and m.document_id})
+    docs = sorted({m.document_id for m in memories if m.chunk and m.document_id} - set(renumber))
     known: dict[tuple[str, str], str] = {}
     next_index: dict[str, int] = {}
     if docs:

@@ -1,19 +1,20 @@
 """Retains as queued operations: ``async: true`` queues the request and answers at once; a worker runs it.
 
-A queued retain runs in chunks of SERVICE_OPERATION_CHUNK_ITEMS memories, each its own transaction,
-and records its progress after each. Running it again (after a crash, a shutdown or a retry) writes the
-same memories: documents without an id get ids derived from the operation, and what the first run found
-of the documents it replaces is kept in the operation's plan, so a resumed run neither duplicates nor
-loses anything. A size limit keeps synchronous retains short (SERVICE_MAX_SYNC_RETAIN_ITEMS).
+A queued retain runs in chunks of whole documents, about SERVICE_OPERATION_CHUNK_ITEMS memories each,
+each chunk one transaction that records its progress too. Running it again (after a crash, a shutdown
+or a retry) writes the same memories: documents without an id get ids derived from the operation, and
+what the first run found of the documents it appends to is kept in the operation's plan, so a resumed
+run neither duplicates nor loses anything. A size limit keeps synchronous retains short (SERVICE_MAX_SYNC_RETAIN_ITEMS).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -24,13 +25,14 @@ from ..settings import Settings
 from ..store import banks, operations
 from ..store.db import database_errors
 from .errors import ServiceError
-from .items import build_memory, item_text, placements
+from .items import appended, build_memory, item_text, placements
 from .schemas import RetainBody
 
 #: the operation type of a queued retain (upstream's name for the work of a retain)
 RETAIN = "retain"
 
-Checkpoint = Callable[[str, int], Awaitable[None]]
+#: records progress on the given connection (the retain's transaction); raises when the run is no longer its worker's
+Checkpoint = Callable[[AsyncConnection, str, int], Awaitable[None]]
 
 
 def check_sync_size(body: RetainBody, settings: Settings) -> None:
@@ -108,29 +110,55 @@ def name_documents(body: RetainBody, operation_id: uuid.UUID) -> None:
             item.document_id = str(uuid.uuid5(operation_id, "shared" if shared else f"item-{index}"))
 
 
+def spans(where: Sequence[tuple[int, str, int]], chunk_items: int) -> list[tuple[int, int]]:
+    """``where`` (see :func:`~.items.placements`: each document's memories together) cut into runs of
+    whole documents of at most ``chunk_items`` memories, unless one document alone has more."""
+    out: list[tuple[int, int]] = []
+    start = end = 0
+    while end < len(where):
+        document_end = end
+        while document_end < len(where) and where[document_end][1] == where[end][1]:
+            document_end += 1
+        if end > start and document_end - start > chunk_items:
+            out.append((start, end))
+            start = end
+        end = document_end
+    if end > start:
+        out.append((start, end))
+    return out
+
+
 async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[str], Awaitable[None]],
               checkpoint: Checkpoint, chunk_items: int) -> dict[str, Any]:
-    """Do the queued retain from where it stopped; returns what goes in the operation's result."""
+    """Do the queued retain from where it stopped; returns what goes in the operation's result.
+
+    Each run of whole documents (:func:`spans`) is one transaction, and the progress recorded with it
+    is in that transaction too: a document is never half written, nor a run written and not counted.
+    """
     async with engine.db.connect() as conn:
         payload, plan = await operations.payload_of(conn, op.bank_id, op.operation_id)
     if payload is None:
         raise ValueError("the operation has no stored request")
     body = RetainBody.model_validate_json(payload)
-    if plan is None:
-        named = sorted({item.document_id for item in body.items if item.document_id})
-        async with engine.db.connect() as conn:
-            existing = await operations.document_memory_ids(conn, op.bank_id, named)
-        plan = {"existing": existing}
-        await record_plan(json.dumps(plan))
     name_documents(body, op.operation_id)
+    if plan is None:
+        plan = {"existing": await engine.document_memory_ids(op.bank_id, appended(body))}
+        await record_plan(json.dumps(plan))
     existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
-    where, stale = placements(op.bank_id, body, existing_ids)
-    done = min(op.processed, len(where))
-    await checkpoint("retaining", done)
-    while done < len(where):
-        part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[done : done + chunk_items]]
-        await engine.retain(op.bank_id, part, progress=False)
-        done += len(part)
-        await checkpoint("retaining", done)
-    removed = await engine.forget(op.bank_id, stale) if stale else 0
+    where, replaced = placements(op.bank_id, body, existing_ids)
+    done, removed = min(op.processed, len(where)), 0
+    async with engine.db.connect() as conn:
+        await checkpoint(conn, "retaining", done)
+    for start, end in spans(where, chunk_items):
+        if end <= done:  # committed by an earlier run (a run stopped inside a document redoes it whole)
+            continue
+        part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[start:end]]
+        documents = sorted({document for _, document, _ in where[start:end]} & set(replaced))
+
+        async def counted(conn: AsyncConnection, upto: int = end) -> None:
+            await checkpoint(conn, "retaining", upto)
+
+        stats = await engine.retain_many({op.bank_id: part}, progress=False,
+                                         replace_documents={op.bank_id: documents}, within=counted)
+        removed += stats.removed
     return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}

@@ -1,8 +1,9 @@
 """Upstream retain items as memories, stored verbatim: one item is one memory, no fact extraction.
 
 Ids are derived, not random: a document's ``i``-th item is always the same memory id, so retaining
-a document again updates its memories in place (upstream's ``update_mode: replace``), and an
-``append`` continues the numbering after the memories the document already has.
+a document again updates its memories in place and forgets those it no longer has, in the same
+transaction (upstream's ``update_mode: replace``), and an ``append`` continues the numbering after the
+memories the document already has.
 """
 
 from __future__ import annotations
@@ -72,22 +73,30 @@ def documents(body: RetainBody) -> dict[str, list[int]]:
     return out
 
 
+def appended(body: RetainBody) -> list[str]:
+    """The documents the body appends to (their memories are numbered after the ones they have)."""
+    return sorted({doc for doc, indexes in documents(body).items()
+                   if any(body.items[i].update_mode == "append" for i in indexes)})
+
+
 def placements(
     bank_id: str, body: RetainBody, existing: Mapping[str, Sequence[str]]
 ) -> tuple[list[tuple[int, str, int]], list[str]]:
-    """Where each memory goes, in the order they are stored: (item index, document id, place), and the
-    ids of older memories that a replaced document no longer has (see :func:`build_memories`)."""
+    """Where each memory goes, in the order they are stored, each document's together: (item index,
+    document id, place); and the documents replaced whole (every other document is appended to).
+
+    :param existing: appended document id -> the ids its memories have now (their count is where the
+        new ones start).
+    """
     where: list[tuple[int, str, int]] = []
-    stale: list[str] = []
+    replaced: list[str] = []
     for document_id, indexes in documents(body).items():
-        old = list(existing.get(document_id, ()))
         append = any(body.items[i].update_mode == "append" for i in indexes)
-        placed = list(enumerate(indexes, start=len(old) if append else 0))
-        where.extend((index, document_id, place) for place, index in placed)
-        if not append and old:
-            new_ids = {memory_id(bank_id, document_id, place) for place, _ in placed}
-            stale.extend(i for i in old if i not in new_ids)
-    return where, stale
+        start = len(existing.get(document_id, ())) if append else 0
+        where.extend((index, document_id, place) for place, index in enumerate(indexes, start=start))
+        if not append:
+            replaced.append(document_id)
+    return where, replaced
 
 
 def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, place: int, now: datetime) -> Memory:
@@ -116,13 +125,14 @@ def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, p
 def build_memories(
     bank_id: str, body: RetainBody, existing: Mapping[str, Sequence[str]], now: datetime | None = None
 ) -> tuple[list[Memory], list[str]]:
-    """The memories to store and the ids of older memories that a replaced document no longer has.
+    """The memories to store and the documents they replace whole (see :func:`placements`).
 
     :param bank_id: the bank.
     :param body: the validated request.
-    :param existing: document id -> the ids its memories have now, in document order.
+    :param existing: appended document id -> the ids its memories have now, in document order.
     :param now: the time an item without a timestamp gets.
     """
     now = now or datetime.now(UTC)
-    where, stale = placements(bank_id, body, existing)
-    return [build_memory(bank_id, body, index, document_id, place, now) for index, document_id, place in where], stale
+    where, replaced = placements(bank_id, body, existing)
+    return [build_memory(bank_id, body, index, document_id, place, now)
+            for index, document_id, place in where], replaced

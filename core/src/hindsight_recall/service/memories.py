@@ -21,7 +21,7 @@ from ..types import FACT_TYPES, Memory, TagsMatch
 from . import async_retain
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
 from .errors import ServiceError
-from .items import build_memories, check_supported
+from .items import appended, build_memories, check_supported
 from .ops import Admission
 from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
 
@@ -40,17 +40,9 @@ async def retain(request: Request) -> Response:
     if body.async_:
         return await async_retain.submit(request, engine, bank_id, body)
     async_retain.check_sync_size(body, engine.settings)
-    named = {item.document_id for item in body.items if item.document_id}
-    existing: dict[str, list[str]] = {}
-    if named:
-        async with engine.db.connect() as conn:
-            for document_id in named:
-                existing[document_id] = await listing.document_memory_ids(conn, bank_id, document_id)
-    memories, stale = build_memories(bank_id, body, existing)
-    if memories:
-        await engine.retain(bank_id, memories, progress=False)
-    if stale:
-        await engine.forget(bank_id, stale)
+    existing = await engine.document_memory_ids(bank_id, appended(body))
+    memories, replaced = build_memories(bank_id, body, existing)
+    await engine.retain(bank_id, memories, progress=False, replace_documents=replaced)
     return JSONResponse({"success": True, "bank_id": bank_id, "items_count": len(memories), "async": False,
                          "usage": None})
 

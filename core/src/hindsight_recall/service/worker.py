@@ -20,6 +20,8 @@ import time
 import uuid
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from ..engine import Engine
 from ..errors import describe_error
 from ..settings import redact
@@ -142,10 +144,9 @@ class Worker:
                 if not await operations.record_plan(conn, op, self.id, plan):
                     raise Lost()
 
-        async def checkpoint(stage: str, processed: int) -> None:
-            async with self.engine.db.connect() as conn:
-                if not await operations.progress(conn, op, self.id, stage, processed):
-                    raise Lost()
+        async def checkpoint(conn: AsyncConnection, stage: str, processed: int) -> None:
+            if not await operations.progress(conn, op, self.id, stage, processed):
+                raise Lost()
 
         if op.operation_type != async_retain.RETAIN:
             raise ValueError(f"this server cannot run operations of type {op.operation_type!r}")

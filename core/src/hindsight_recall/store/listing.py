@@ -125,13 +125,18 @@ async def memory_page(
     return [_row(r) for r in rows[:limit]], len(rows) > limit
 
 
-async def document_memory_ids(conn: AsyncConnection, bank_id: str, document_id: str) -> list[str]:
-    """The caller ids of a document's memories, in document order."""
+async def document_memory_ids(conn: AsyncConnection, bank_id: str, documents: Sequence[str]) -> dict[str, list[str]]:
+    """Each document's memory ids (the caller's), in document order; an unknown document has none."""
+    found: dict[str, list[str]] = {d: [] for d in documents}
+    if not found:
+        return found
     rows = await conn.execute(text(
-        "SELECT external_id FROM memory_units WHERE bank_id = :bank AND document_id = :doc "
-        "ORDER BY position NULLS LAST, created_at, external_id"
-    ), {"bank": bank_id, "doc": document_id})
-    return list(rows.scalars())
+        "SELECT document_id, external_id FROM memory_units WHERE bank_id = :bank AND document_id = ANY(:docs) "
+        "ORDER BY document_id, position NULLS LAST, created_at, external_id"
+    ), {"bank": bank_id, "docs": list(found)})
+    for document_id, external_id in rows:
+        found[document_id].append(external_id)
+    return found
 
 
 def _like_pattern(pattern: str) -> str:

@@ -283,17 +283,3 @@ async def release(conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], 
         ), params)
         released += done is not None
     return released
-
-
-async def document_memory_ids(conn: AsyncConnection, bank_id: str, documents: Sequence[str]) -> dict[str, list[str]]:
-    """Each document's memory ids in document order (as a synchronous retain reads them one by one)."""
-    found: dict[str, list[str]] = {d: [] for d in documents}
-    if not documents:
-        return found
-    rows = await conn.execute(text(
-        "SELECT document_id, external_id FROM memory_units WHERE bank_id = :bank AND document_id = ANY(:docs) "
-        "ORDER BY document_id, position NULLS LAST, created_at, external_id"
-    ), {"bank": bank_id, "docs": list(documents)})
-    for document_id, external_id in rows:
-        found[document_id].append(external_id)
-    return found
