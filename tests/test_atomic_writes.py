@@ -72,3 +72,76 @@ async def test_a_replaced_document_reads_in_its_new_order(engine: Engine, bank: 
     assert found is not None and found["original_text"] == "A first.\nX new.\nC third."
     await whole(engine, bank)
 
+
+
+def replace(**changes: Any) -> Any:
+    import dataclasses
+
+    return lambda memory: dataclasses.replace(memory, **changes)
+
+
+@pytest.mark.parametrize("step", ["drop_links_into", "take", "keep", "forget"])
+async def test_an_edit_invalidation_or_restore_that_fails_at_its_last_step_changes_nothing(
+    engine: Engine, alice: str, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    from hindsight_recall.store import invalidated, memory_edit
+
+    if step == "take":  # a restore: the memory starts out invalidated
+        assert await engine.update_memory(alice, "job", replace(), state="invalidated", reason="moved") == "invalidated"
+    before = await rows(engine, alice)
+    module = {"drop_links_into": memory_edit, "take": invalidated, "keep": invalidated, "forget": bank_store}[step]
+    failing(monkeypatch, module, step)
+    state = {"drop_links_into": None, "take": "valid", "keep": "invalidated", "forget": "invalidated"}[step]
+    with pytest.raises(Injected):
+        await engine.update_memory(alice, "job", replace(text="Alice now works at Orbital Dynamics in Bremen."),
+                                   state=state, reason="stale")
+    assert differences(before, await rows(engine, alice)) == []
+    monkeypatch.undo()
+    await whole(engine, alice)
+
+
+async def test_an_invalidation_and_a_restore_each_move_the_memory_whole(engine: Engine, alice: str) -> None:
+    assert await engine.update_memory(alice, "job", replace(), state="invalidated", reason="moved") == "invalidated"
+    assert await engine.get_memory(alice, "job") is None
+    await whole(engine, alice)
+    edited = replace(text="Alice works at Helios Robotics in Munich, as a staff engineer.")
+    assert await engine.update_memory(alice, "job", edited, state="valid") == "valid"
+    found = await engine.get_memory(alice, "job")
+    assert found is not None and found["text"].endswith("staff engineer.")
+    await whole(engine, alice)
+
+
+async def test_editing_what_is_not_there_or_an_observation_changes_nothing(engine: Engine, alice: str) -> None:
+    from hindsight_recall.errors import InvalidRequest, MemoryNotFound
+
+    before = await rows(engine, alice)
+    with pytest.raises(MemoryNotFound):
+        await engine.update_memory(alice, "nobody", replace(text="x"))
+    with pytest.raises(InvalidRequest, match="observations"):
+        await engine.update_memory(alice, "summary", replace(text="x"))
+    with pytest.raises(MemoryNotFound):
+        await engine.update_memory("no-such-bank-here", "job", replace(text="x"))
+    assert differences(before, await rows(engine, alice)) == []
+
+
+@pytest.mark.parametrize("call", ["clear_memories", "delete_document", "forget", "delete_bank"])
+async def test_forgetting_that_fails_midway_changes_nothing(
+    engine: Engine, bank: str, monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    from hindsight_recall.store import term_stats
+
+    memories, replaced = document(bank, [f"Line {i} of the log." for i in range(20)], "log")
+    await engine.retain(bank, memories, replace_documents=replaced)
+    before = await rows(engine, bank)
+    # the last statements of a forget and of a bank deletion
+    failing(monkeypatch, term_stats, "delete_bank" if call == "delete_bank" else "count_out")
+    with pytest.raises(Injected):
+        if call == "clear_memories":
+            await engine.clear_memories(bank)
+        elif call == "delete_document":
+            await engine.delete_document(bank, "log")
+        elif call == "forget":
+            await engine.forget(bank, [m.id for m in memories[:5]])
+        else:
+            await engine.delete_bank(bank)
+    assert differences(before, await rows(engine, bank)) == []

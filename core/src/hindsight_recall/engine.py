@@ -7,7 +7,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
@@ -19,10 +19,11 @@ from .protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, T
 from .recall.pipeline import run_recall, warm_date_parser
 from .recall.request import build_request
 from .recall.rerank import RerankStage
+from .retain import edit as edits
 from .retain.ingest import Ingestor, RetainStats
 from .retain.memories import parse_memory
 from .settings import Settings, load_settings
-from .store import ann, banks, listing, token_counts
+from .store import ann, banks, documents, listing, memory_edit, token_counts
 from .store.citus import check_backend, compatible_backends
 from .store.db import Database, database_error, database_errors, db_message, is_retryable
 from .store.schema import migrate
@@ -277,6 +278,61 @@ class Engine:
         removed = await self._in_bank("forget", bank_id,
                                       lambda conn, bank: banks.forget(conn, bank, wanted, self.text_search))
         if removed:  # after the commit: a bank shrunk below half the index threshold gives its slot back
+            await ann.reclaim(self.db, self.settings, bank_id)
+        return removed
+
+    async def update_memory(
+        self, bank_id: str, memory_id: str, edit: Callable[[Memory], Memory], *,
+        state: Literal["valid", "invalidated"] | None = None, reason: str | None = None,
+    ) -> str:
+        """Edit a memory, invalidate it or restore it, all in one transaction; returns its state then
+        (``valid`` or ``invalidated``). See :func:`~hindsight_recall.retain.edit.update_memory`.
+
+        :param bank_id: the bank.
+        :param memory_id: the memory (stored or invalidated).
+        :param edit: the memory as stored -> as it should be (``dataclasses.replace`` of some fields).
+        :param state: ``invalidated`` takes it out of recall's reach, ``valid`` brings it back.
+        :param reason: why it is invalidated.
+        """
+        bank_id = banks.validate_bank_id(bank_id)
+
+        async def attempt() -> str:
+            async with self._ingestor.transaction({bank_id: 1}) as tx:
+                return await edits.update_memory(tx, bank_id, memory_id, edit, state=state, reason=reason)
+
+        with database_errors("update_memory"):
+            ended = await self._retrying("update_memory", attempt)
+        if ended == "invalidated":  # after the commit: a slot the bank no longer needs is given back
+            await ann.reclaim(self.db, self.settings, bank_id)
+        return ended
+
+    async def clear_memories(self, bank_id: str, fact_type: str | None = None) -> int:
+        """Forget every memory of the bank, or of one type, in one transaction; the bank, its profile and
+        settings stay. Returns how many went (none for an unknown bank).
+
+        :param bank_id: the bank.
+        :param fact_type: only memories of this type.
+        """
+
+        async def clear(conn: AsyncConnection, bank: str) -> int:
+            ids = await memory_edit.memory_ids(conn, bank, fact_type)
+            return await banks.forget(conn, bank, ids, self.text_search) if ids else 0
+
+        removed = await self._in_bank("clear_memories", bank_id, clear)
+        if removed:
+            await ann.reclaim(self.db, self.settings, bank_id)
+        return removed
+
+    async def delete_document(self, bank_id: str, document_id: str) -> int | None:
+        """Forget a document with its memories and chunks in one transaction; how many memories went, or
+        ``None`` when the bank has no such document.
+
+        :param bank_id: the bank.
+        :param document_id: the document.
+        """
+        removed = await self._in_bank("delete_document", bank_id, lambda conn, bank: documents.delete_document(
+            conn, bank, document_id, self.text_search))
+        if removed:
             await ann.reclaim(self.db, self.settings, bank_id)
         return removed
 

@@ -84,6 +84,17 @@ class BankNotFound(InvalidRequest):
         return f"bank {self.bank_id!r} does not exist"
 
 
+class MemoryNotFound(InvalidRequest):
+    """The request names a memory the bank has neither stored nor invalidated."""
+
+    def __init__(self, bank_id: str, memory_id: str) -> None:
+        super().__init__("memory_id", f"Memory unit '{memory_id}' not found in bank {bank_id!r}", status=404)
+        self.bank_id, self.memory_id = bank_id, memory_id
+
+    def __str__(self) -> str:
+        return self.why
+
+
 class RetainError(RecallError):
     """A memory to retain is invalid; nothing of the batch was written."""
 

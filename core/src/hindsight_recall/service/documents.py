@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
-from ..store import ann, banks, chunks, documents
+from ..store import banks, chunks, documents
 from ..store.db import database_errors
 from ._params import bounded_int, checked_text, date_query, path_text, tags_match_query, tags_query
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
@@ -83,14 +83,9 @@ async def update_document(request: Request) -> Response:
 @endpoint
 async def delete_document(request: Request) -> Response:
     bank_id, document_id = bank_of(request), path_text(request, "document_id")
-    engine = engine_of(request)
-    with database_errors("delete document"):
-        async with engine.db.connect() as conn:
-            removed = await documents.delete_document(conn, bank_id, document_id, engine.text_search)
+    removed = await engine_of(request).delete_document(bank_id, document_id)
     if removed is None:
         raise _not_found(document_id)
-    if removed:  # after the commit: a slot the bank no longer needs is given back
-        await ann.reclaim(engine.db, engine.settings, bank_id)
     return JSONResponse({
         "success": True, "document_id": document_id, "memory_units_deleted": removed,
         "message": f"Document '{document_id}' and {removed} associated memory units deleted successfully",

@@ -18,6 +18,7 @@ from ..errors import (
     BankNotFound,
     DatabaseError,
     InvalidRequest,
+    MemoryNotFound,
     QueryTooLong,
     RecallError,
     RecallTimeout,
@@ -62,6 +63,8 @@ def classify(exc: BaseException) -> ServiceError:
         return ServiceError(422, "invalid_request", validation_message(exc))
     if isinstance(exc, BankNotFound):
         return ServiceError(404, "bank_not_found", str(exc))
+    if isinstance(exc, MemoryNotFound):
+        return ServiceError(404, "memory_not_found", str(exc))
     if isinstance(exc, QueryTooLong):
         return ServiceError(400, "query_too_long", str(exc))
     if isinstance(exc, InvalidRequest):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..errors import BankNotFound, QueryTooLong, RetainError
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..retain.memories import parse_datetime, parse_memory
-from ..store import ann, banks, invalidated, listing, memory_edit
+from ..store import banks, invalidated, listing
 from ..types import FACT_TYPES, Memory, TagsMatch
 from . import async_retain
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
@@ -51,7 +52,6 @@ async def retain(request: Request) -> Response:
 async def import_memories(request: Request) -> Response:
     """Ours: memories in this project's JSONL format (ids, types, dates, links), each naming its bank;
     all banks in one transaction, as ``hindsight-recall retain FILE`` does."""
-    from ..retain.memories import parse_memory
 
     body: ImportBody = await body_of(request, ImportBody)
     batches: dict[str, list[Any]] = {}
@@ -190,72 +190,46 @@ async def memory_history(request: Request) -> Response:
     return JSONResponse([])
 
 
-def _edited(memory: Memory, body: UpdateMemoryBody) -> Memory:
-    """``memory`` with the body's changes: the fields given, dates cleared by ``""`` or ``null``."""
+def _edited(body: UpdateMemoryBody) -> Callable[[Memory], Memory]:
+    """The body's changes as an edit of the stored memory: the fields given, dates cleared by ``""``
+    or ``null``. The body is checked here, before anything is read (400 naming the field)."""
     changes: dict[str, Any] = {}
-    if body.text is not None:
-        if not body.text.strip():
-            raise ServiceError(400, "invalid_request", "text: must not be empty")
-        changes["text"] = body.text
-    if body.context is not None:
-        changes["context"] = body.context or None
-    for name in ("occurred_start", "occurred_end", "mentioned_at"):
-        if name in body.model_fields_set:
-            value = getattr(body, name)
-            changes[name] = parse_datetime(value, name) if value else None
+    try:
+        if body.text is not None:
+            if not body.text.strip():
+                raise ServiceError(400, "invalid_request", "text: must not be empty")
+            changes["text"] = body.text
+        if body.context is not None:
+            changes["context"] = body.context or None
+        for name in ("occurred_start", "occurred_end", "mentioned_at"):
+            if name in body.model_fields_set:
+                value = getattr(body, name)
+                changes[name] = parse_datetime(value, name) if value else None
+    except RetainError as exc:
+        raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
     if body.fact_type is not None:
         changes["type"] = body.fact_type
     if body.entities is not None:
         changes["entities"] = tuple(dict.fromkeys(e.strip() for e in body.entities if e.strip()))
     if body.tags is not None:
         changes["tags"] = tuple(dict.fromkeys(t.strip() for t in body.tags if t.strip()))
-    return dataclasses.replace(memory, **changes)
+    return lambda memory: dataclasses.replace(memory, **changes)
 
 
 @endpoint
 async def update_memory(request: Request) -> Response:
     """Edit a memory (upstream's ``update_memory``): text, context, dates, type, entities and (ours) tags;
-    ``state`` invalidates it (recall no longer sees it) or restores it.
-
-    An edit is a retain of the same id with those fields changed, so a new text is embedded again
-    and the memory's links are rebuilt, as retaining it so would have done; links other memories made
-    to it for its old text or dates are dropped. Observations are refused (as upstream: they are
-    derived). An invalidated memory leaves the bank for :mod:`~hindsight_recall.store.invalidated`,
-    its links with it; restoring it retains it again, with any edits of the same request.
-    """
+    ``state`` invalidates it (recall no longer sees it) or restores it. One transaction: see
+    :meth:`~hindsight_recall.engine.Engine.update_memory`. Observations are refused (as upstream: they
+    are derived)."""
     bank_id, memory_id = bank_of(request), _memory_id(request)
     body: UpdateMemoryBody = await body_of(request, UpdateMemoryBody)
     engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        stored = await memory_edit.stored_memory(conn, bank_id, memory_id)
-        retired = None if stored is not None else await invalidated.find(conn, bank_id, memory_id)
-    if stored is None and retired is None:
-        raise _not_found(bank_id, memory_id)
-    if retired is not None:
-        stored = parse_memory(retired["memory"])[1]
-    assert stored is not None
-    if stored.type == "observation":
-        raise ServiceError(400, "invalid_request", "memory_id: observations are derived from other memories and "
-                                                   "cannot be edited; edit their sources")
+    edit = _edited(body)  # the body's own errors first, before anything is read
     try:
-        edited = _edited(stored, body)
+        await engine.update_memory(bank_id, memory_id, edit, state=body.state, reason=body.reason)
     except RetainError as exc:
         raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
-    if body.state == "invalidated" or (retired is not None and body.state is None):
-        async with engine.db.connect() as conn:  # one transaction: kept aside, then out of the bank
-            await invalidated.keep(conn, bank_id, edited, body.reason if retired is None or body.reason
-                                   else retired["reason"])
-            await banks.forget(conn, bank_id, [memory_id], engine.text_search)
-        await ann.reclaim(engine.db, engine.settings, bank_id)  # after the commit: a slot no longer needed
-        return JSONResponse(await _current(engine, bank_id, memory_id))
-    await engine.retain(bank_id, [edited], progress=False)
-    if retired is not None:  # only once it is back: a failed retain leaves it invalidated, not lost
-        async with engine.db.connect() as conn:
-            await invalidated.take(conn, bank_id, memory_id)
-    elif (edited.text, edited.occurred_start, edited.occurred_end, edited.mentioned_at) != (
-            stored.text, stored.occurred_start, stored.occurred_end, stored.mentioned_at):
-        async with engine.db.connect() as conn:
-            await memory_edit.drop_links_into(conn, bank_id, memory_id)
     return JSONResponse(await _current(engine, bank_id, memory_id))
 
 
@@ -265,12 +239,7 @@ async def clear_memories(request: Request) -> Response:
     no remaining memory uses; the bank and its profile and settings stay. An unknown bank clears none."""
     bank_id = bank_of(request)
     fact_type = choice_query(request, "type", FACT_TYPES)
-    engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        ids = await memory_edit.memory_ids(conn, bank_id, fact_type)
-        deleted = await banks.forget(conn, bank_id, ids, engine.text_search) if ids else 0
-    if deleted:  # after the commit: a slot the bank no longer needs is given back
-        await ann.reclaim(engine.db, engine.settings, bank_id)
+    deleted = await engine_of(request).clear_memories(bank_id, fact_type)
     scope = f" of type '{fact_type}'" if fact_type else ""
     return JSONResponse({"success": True, "message": f"Cleared {deleted} memory unit(s){scope} from bank '{bank_id}'",
                          "deleted_count": deleted})

@@ -40,6 +40,11 @@ async def take(conn: AsyncConnection, bank_id: str, memory_id: str) -> Memory | 
     return None if row is None else parse_memory(row.memory)[1]
 
 
+def as_memory(record: dict[str, Any]) -> Memory:
+    """An invalidated memory (as :func:`find` reads it) as the memory that retains it again."""
+    return parse_memory(record["memory"])[1]
+
+
 async def find(conn: AsyncConnection, bank_id: str, memory_id: str) -> dict[str, Any] | None:
     """One invalidated memory: ``{memory, reason, invalidated_at}``, or ``None``."""
     row = (await conn.execute(text(
