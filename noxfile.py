@@ -74,7 +74,8 @@ CITUS = "citus"
 #: What tests(citus) runs on the cluster: the engine suites, and test_citus.py (routing, distribution,
 #: growth, and the compliance suite of every installed backend that declares citus_compatible).
 CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
-                "tests/test_reliability.py", "tests/test_concurrency.py")
+                "tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_round_trip.py",
+                "tests/test_atomic_writes.py")
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
 BUILT = ("pg_textsearch", "pgroonga")
 #: Why the others run only their SQL checks without a URL.

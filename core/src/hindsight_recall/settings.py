@@ -238,6 +238,12 @@ class Settings(BaseSettings, BankSettings):
     #: items an async retain commits per transaction (its progress is recorded after each)
     service_operation_chunk_items: int = Field(2000, ge=1)
     service_access_log: Literal["text", "json", "off"] = "text"
+    #: the most an archive (bank import, restore, clone) may expand to, all entries together, in bytes
+    archive_max_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    #: the most entries an archive may hold
+    archive_max_entries: int = Field(100_000, ge=1)
+    #: the deepest an archive's JSON may nest (a document, a line of links, the manifest)
+    archive_max_depth: int = Field(32, ge=4, le=900)
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True
     #: the bank MCP tools use when neither the call, the URL (``/mcp/{bank_id}/``) nor an ``X-Bank-Id``

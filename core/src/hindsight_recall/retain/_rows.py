@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -149,7 +149,8 @@ def short_key(chunk_id: str, bank_id: str | None = None) -> str:
 
 
 async def write_chunks(
-    conn: AsyncConnection, bank_id: str, memories: Sequence[Memory], *, renumber: Collection[str] = ()
+    conn: AsyncConnection, bank_id: str, memories: Sequence[Memory], *, renumber: Collection[str] = (),
+    indexes: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[str | None]:
     """Store each distinct source chunk once; return every memory's chunk id.
 
@@ -162,6 +163,8 @@ async def write_chunks(
 
     :param renumber: documents written anew (replaced whole): their chunks are numbered from 0 in the
         memories' order, over the ids they had, so the document reads in its new order.
+    :param indexes: document id -> chunk text -> the index its new chunk gets (a restore gives back the
+        indexes an archive carries); other new chunks are numbered on from the document's last.
     """
     docs = sorted({m.document_id for m in memories if m.chunk and m.document_id} - set(renumber))
     known: dict[tuple[str, str], str] = {}
@@ -185,8 +188,9 @@ async def write_chunks(
         doc_key = m.document_id or f"\x00{digest}"  # documents cannot hold NUL: no clash
         chunk_id = known.get((doc_key, digest))
         if chunk_id is None:
-            index = next_index.get(doc_key, 0) if m.document_id else 0
-            next_index[doc_key] = index + 1
+            given = (indexes or {}).get(m.document_id or "", {}).get(m.chunk)
+            index = given if given is not None else next_index.get(doc_key, 0) if m.document_id else 0
+            next_index[doc_key] = max(next_index.get(doc_key, 0), index + 1)
             bank = escape_part(bank_id)
             chunk_id = short_key(f"{bank}_{escape_part(doc_key)}_{index}" if m.document_id else f"{bank}__{digest}",
                                  bank_id)

@@ -92,11 +92,13 @@ class Transaction:
     async def write(
         self, bank_id: str, memories: Sequence[Memory], vectors: np.ndarray | None = None, *,
         lines: Sequence[int] | None = None, replace_documents: Collection[str] = (),
+        chunk_indexes: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         """Write a bank's memories (embedded here unless ``vectors`` are given).
 
         :param replace_documents: documents the memories replace whole: each one's memories that are not
             among ``memories`` are forgotten, so a reader sees the old document or the new, never a mix.
+        :param chunk_indexes: document id -> chunk text -> index, for new chunks (see :func:`._rows.write_chunks`).
         """
         if bank_id not in self.banks:
             raise RetainError(None, "bank_id", f"bank {bank_id!r} was not named when the transaction began")
@@ -106,7 +108,7 @@ class Transaction:
             started = time.perf_counter()
             vectors = await embed_passages(self.ingestor.embedder, [m.text for m in memories], False)
             self.stats.embedding_seconds += time.perf_counter() - started
-        where = await self._retain_bank(bank_id, memories, vectors, lines, set(replace_documents))
+        where = await self._retain_bank(bank_id, memories, vectors, lines, set(replace_documents), chunk_indexes)
         if where.slot is not None:
             self.placed.add(where.slot)
         if replace_documents:
@@ -123,7 +125,7 @@ class Transaction:
 
     async def _retain_bank(
         self, bank_id: str, memories: Sequence[Memory], vectors: np.ndarray, lines: Sequence[int] | None,
-        replaced: set[str],
+        replaced: set[str], chunk_indexes: Mapping[str, Mapping[str, int]] | None = None,
     ) -> ann.Placement:
         conn, stats, settings = self.conn, self.stats, self.ingestor.settings
         t0 = time.perf_counter()
@@ -144,7 +146,7 @@ class Transaction:
             work = asyncio.to_thread(self._fresh_links, uuid_keys(ids), vectors)
             pending = asyncio.ensure_future(work)
         try:
-            chunk_ids = await write_chunks(conn, bank_id, memories, renumber=replaced)
+            chunk_ids = await write_chunks(conn, bank_id, memories, renumber=replaced, indexes=chunk_indexes)
             after = {} if created else await _document_ends(conn, bank_id, ids, memories, chunk_ids, replaced)
             places = positions(memories, chunk_ids, after)
             if bank.present:  # rewritten memories: what they had goes first

@@ -68,7 +68,8 @@ def classify(exc: BaseException) -> ServiceError:
     if isinstance(exc, QueryTooLong):
         return ServiceError(400, "query_too_long", str(exc))
     if isinstance(exc, InvalidRequest):
-        return ServiceError(exc.status, "invalid_request" if exc.status == 422 else "bad_request", str(exc))
+        code = getattr(exc, "code", None) or ("invalid_request" if exc.status == 422 else "bad_request")
+        return ServiceError(exc.status, code, str(exc))
     if isinstance(exc, RetainError):
         return ServiceError(422, "invalid_memory", str(exc))
     if isinstance(exc, RecallTimeout | TimeoutError):

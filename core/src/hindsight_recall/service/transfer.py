@@ -1,18 +1,24 @@
-"""Export, import, transfer and clone of a bank in upstream Hindsight's formats (see :mod:`..archive`).
+"""Export, import, transfer and clone of a bank in upstream Hindsight's formats: the routes over the
+engine's transfers (:mod:`..transfer`).
 
 Upstream runs a transfer as a background operation and answers 202 with its id; here the work is
-done before the answer, so the 202 carries an operation that is already ``completed``, recorded in
-``bank_transfers``. An export's archive is kept in the database and served by ``GET
-/v1/default/files/download/{key}``, the ``download_url`` of the operation's ``result_metadata``.
-A request's body is bounded by SERVICE_MAX_BODY_BYTES; an archive is read entry by entry and
-written to a spooled temporary file, never held whole.
+done before the answer, so the 202 carries an operation that is already ``completed``. An export's
+archive is kept in the database and served by ``GET /v1/default/files/download/{key}``, the
+``download_url`` of the operation's ``result_metadata``. A request's body is bounded by
+SERVICE_MAX_BODY_BYTES; an upload is saved to a file and checked whole, off the event loop, before
+anything is written (ARCHIVE_MAX_BYTES, ARCHIVE_MAX_ENTRIES, ARCHIVE_MAX_DEPTH).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import IO, Any
 
 from starlette.datastructures import UploadFile
@@ -20,22 +26,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import archive as fmt
-from ..engine import Engine
 from ..errors import BankNotFound, InvalidRequest
 from ..settings import BankSettings
-from ..store import banks, listing
+from ..store import banks
 from ..store import transfer as store
-from ..types import Memory
+from ..transfer import DOWNLOAD_PATH
 from .banks import TRAITS
 from .base import bank_of, endpoint, engine_of
 from .errors import ServiceError
 
-#: an archive up to this size stays in memory while it is written; larger ones spill to disk
-SPOOL_BYTES = 16 << 20
-DOWNLOAD_PREFIX = "/v1/default/files/download/"
-#: links restored per statement
-LINK_BATCH = 10_000
 TEMPLATE_VERSION = "1"
 
 
@@ -62,202 +61,33 @@ def _submitted(operation_id: uuid.UUID) -> JSONResponse:
     return JSONResponse({"operation_id": str(operation_id), "status": "completed"}, status_code=202)
 
 
-async def _bank_row(engine: Engine, bank_id: str) -> dict[str, Any]:
-    async with engine.db.connect() as conn:
-        profile = await banks.bank_profile(conn, bank_id)
-        config = await banks.bank_config(conn, bank_id)
-    if profile is None:
-        raise BankNotFound(bank_id)
-    return {"bank_id": bank_id, "name": profile["name"], "mission": profile["mission"],
-            "disposition": profile["disposition"], "config": config or {}}
-
-
-async def export_bank(engine: Engine, bank_id: str, *, wanted: set[str] | None = None,
-                      bank_config: bool = True, kind: str = "bank_export") -> tuple[uuid.UUID, dict[str, Any]]:
-    """Write the bank (or the ``wanted`` documents) into an archive kept under a new transfer id."""
-    row = await _bank_row(engine, bank_id)
-    transfer_id = uuid.uuid4()
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as out:
-        async with engine.db.connect() as conn:
-            counts = await fmt.write_archive(
-                out, bank_id, store.memory_rows(conn, bank_id),
-                store.link_rows(conn, bank_id) if wanted is None else None, row if bank_config else None,
-                archive_type="bank" if wanted is None else "documents", wanted=wanted)
-        out.seek(0)
-        key = f"transfers/{bank_id}/{transfer_id}.zip"
-        result = {"download_url": DOWNLOAD_PREFIX + key, "storage_key": key, "filename": f"{bank_id}.zip",
-                  "document_count": counts.documents, "fact_count": counts.facts,
-                  "observation_count": counts.observations, "link_count": counts.links}
-        async with engine.db.connect() as conn:
-            await store.record(conn, bank_id, kind, "completed", result, transfer_id=transfer_id)
-            result["byte_size"] = await store.store_archive(conn, bank_id, transfer_id, out)
-            await store.record_result(conn, bank_id, transfer_id, result)
-    return transfer_id, result
-
-
-def _retain_batches(items: list[Memory], size: int) -> list[list[Memory]]:
-    return [items[i:i + size] for i in range(0, len(items), size)] if items else []
-
-
-async def _restore_into(engine: Engine, archive: fmt.Archive, target: str, *, bank_config: bool) -> dict[str, Any]:
-    """Write a whole archive into the new bank ``target``; on any failure the bank is removed again."""
-    own_links = archive.has_links()
-    counts = {"documents": 0, "facts": 0, "observations": 0, "links": 0}
-    async with engine.db.connect() as conn:
-        await banks.ensure_bank(conn, target)
-        row = archive.bank_row() if bank_config else None
-        if row is not None:
-            await _restore_settings(conn, row, archive.source_bank_id, target)
-    try:
-        ids_by_doc: dict[str, list[str]] = {}
-        pending: list[Memory] = []
-        for number, doc in enumerate(archive.documents()):
-            memories = fmt.document_memories(doc, f"document {doc['id']!r}", own_links=own_links)
-            ids_by_doc[doc["id"]] = [m.id for m in memories]
-            pending.extend(memories)
-            counts["documents"] = number + 1
-            counts["facts"] += len(memories)
-            if len(pending) >= fmt.BATCH_MEMORIES:
-                await engine.retain(target, pending, progress=False)
-                pending = []
-        if pending:
-            await engine.retain(target, pending, progress=False)
-        observations = [_with_sources(fmt.observation_memory(o, i), o, ids_by_doc)
-                        for i, o in enumerate(archive.observations())]
-        for batch in _retain_batches(observations, fmt.BATCH_MEMORIES):
-            await engine.retain(target, batch, progress=False)
-        counts["observations"] = len(observations)
-        if own_links:
-            async with engine.db.connect() as conn:
-                await store.clear_links(conn, target)
-                batch_links: list[tuple[str, str, str, float]] = []
-                for link in archive.links():
-                    if link[2] == "temporal":  # read from the dates at recall; never stored
-                        continue
-                    batch_links.append(link)
-                    if len(batch_links) >= LINK_BATCH:
-                        counts["links"] += await store.replace_links(conn, target, batch_links)
-                        batch_links = []
-                counts["links"] += await store.replace_links(conn, target, batch_links)
-    except BaseException:
-        await engine.delete_bank(target)
-        raise
-    return counts
-
-
-def _with_sources(memory: Memory, obs: dict[str, Any], ids_by_doc: dict[str, list[str]]) -> Memory:
-    """An upstream observation names its sources by document and ordinal: those become ids."""
-    if memory.source_ids:
-        return memory
-    found: list[str] = []
-    for source in obs.get("sources") or []:
-        if isinstance(source, dict):
-            ids = ids_by_doc.get(str(source.get("document_id")), [])
-            index = source.get("fact_index")
-            if isinstance(index, int) and 0 <= index < len(ids):
-                found.append(ids[index])
-    if not found:
-        return memory
-    fields = {k: getattr(memory, k) for k in Memory.__dataclass_fields__}
-    return Memory(**{**fields, "source_ids": tuple(dict.fromkeys(found))})
-
-
-async def _restore_settings(conn: Any, row: dict[str, Any], source: str, target: str) -> None:
-    """The bank's name, mission, disposition and the overrides this server knows (others are upstream's
-    LLM settings, which nothing here reads)."""
-    disposition = row.get("disposition")
-    if isinstance(disposition, str):
-        try:
-            disposition = json.loads(disposition)
-        except ValueError:
-            disposition = None
-    name = row.get("name")
-    changes: dict[str, Any] = {
-        "name": target if name in (None, source) else name,
-        "mission": row.get("mission") or row.get("background"),
-    }
-    if isinstance(disposition, dict):
-        changes["disposition"] = {t: disposition[t] for t in TRAITS if t in disposition}
-    await banks.set_bank_profile(conn, target, {k: v for k, v in changes.items() if v is not None})
-    config = row.get("config")
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except ValueError:
-            config = None
-    if isinstance(config, dict):
-        known = {k: v for k, v in config.items() if k in BankSettings.model_fields and v is not None}
-        if known:
-            await banks.set_bank_config(conn, target, known)
-
-
-async def _merge_into(engine: Engine, archive: fmt.Archive, bank_id: str, on_conflict: str) -> dict[str, Any]:
-    """Fold the archive's documents into ``bank_id``: a document id the bank already holds is skipped,
-    replaced, or imported under a new id, as ``on_conflict`` says. Links are computed as a retain's."""
-    imported, skipped, facts = [], [], 0
-    for doc in archive.documents():
-        doc_id = doc["id"]
-        if doc_id != fmt.NO_DOCUMENT:
-            async with engine.db.connect() as conn:
-                exists = bool(await store.document_ids(conn, bank_id, [doc_id]))
-            if exists and on_conflict == "skip":
-                skipped.append(doc_id)
-                continue
-            if exists and on_conflict == "replace":
-                async with engine.db.connect() as conn:
-                    old = await listing.document_memory_ids(conn, bank_id, doc_id)
-                await engine.forget(bank_id, old)
-            if exists and on_conflict == "new-id":
-                doc = _renamed(doc, f"{doc_id}-{uuid.uuid4().hex[:12]}")
-        memories = fmt.document_memories(doc, f"document {doc_id!r}", own_links=False)
-        memories = [m if not m.source_ids else _without_sources(m) for m in memories]
-        for batch in _retain_batches(memories, fmt.BATCH_MEMORIES):
-            await engine.retain(bank_id, batch, progress=False)
-        imported.append(doc["id"])
-        facts += len(memories)
-    return {"imported_documents": len(imported), "skipped_documents": len(skipped), "facts": facts,
-            "imported_document_ids": imported[:1000], "skipped_document_ids": skipped[:1000]}
-
-
-def _without_sources(memory: Memory) -> Memory:
-    """A merged document's memory cites no memories outside the archive's document."""
-    fields = {k: getattr(memory, k) for k in Memory.__dataclass_fields__}
-    return Memory(**{**fields, "source_ids": ()})
-
-
-def _renamed(doc: dict[str, Any], new_id: str) -> dict[str, Any]:
-    """The document under a new id, its facts' ids made new with it (so the original stays as it is)."""
-    facts = []
-    for index, fact in enumerate(doc.get("facts") or []):
-        if isinstance(fact, dict):
-            fact = {**fact, "source_id": None, "hindsight_recall": {**(fact.get("hindsight_recall") or {}),
-                                                                    "id": f"{new_id}:{index}"}}
-        facts.append(fact)
-    return {**doc, "id": new_id, "facts": facts}
-
-
-async def _upload(request: Request) -> tuple[Any, IO[bytes]]:
-    """The multipart ``file`` field (the form, to close, and its spooled file)."""
+@contextlib.asynccontextmanager
+async def _upload(request: Request) -> AsyncIterator[Path]:
+    """The multipart ``file`` field saved to a file of its own (the archive reader reads it from there)."""
     try:
         form = await request.form(max_files=1, max_fields=20)
     except ServiceError:
         raise
     except Exception as exc:
         raise ServiceError(400, "invalid_request", f"file: the body is not a multipart upload ({exc})") from None
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
+    try:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise ServiceError(422, "invalid_request", "file: a transfer ZIP archive is required (multipart field "
+                                                       "'file')")
+        with tempfile.TemporaryDirectory(prefix="hindsight-upload-") as work:
+            path = Path(work) / "archive.zip"
+            await asyncio.to_thread(_save, upload.file, path)
+            await form.close()
+            yield path
+    finally:
         await form.close()
-        raise ServiceError(422, "invalid_request", "file: a transfer ZIP archive is required (multipart field 'file')")
-    return form, upload.file
 
 
-async def _record(engine: Engine, bank_id: str, kind: str, result: dict[str, Any]) -> uuid.UUID:
-    async with engine.db.connect() as conn:
-        return await store.record(conn, bank_id, kind, "completed", result)
-
-
-async def _exists(engine: Engine, bank_id: str) -> bool:
-    return await engine.bank_stats(bank_id) is not None
+def _save(source: IO[bytes], path: Path) -> None:
+    source.seek(0)
+    with path.open("wb") as out:
+        shutil.copyfileobj(source, out, 1 << 20)
 
 
 # --- routes --------------------------------------------------------------------------------------
@@ -279,8 +109,8 @@ async def transfer_export(request: Request) -> Response:
     if documents and config:
         raise ServiceError(400, "invalid_request", "include_bank_config and include_history are only supported for a "
                                                    "whole-bank export (omit document_id)")
-    transfer_id, _ = await export_bank(engine_of(request), bank_id, wanted=set(documents) or None,
-                                       bank_config=bool(config))
+    transfer_id, _ = await engine_of(request).export_bank(bank_id, documents=documents or None,
+                                                          bank_config=bool(config))
     return _submitted(transfer_id)
 
 
@@ -294,8 +124,8 @@ async def documents_export(request: Request) -> Response:
     if _flag(request, "include_knowledge_base", False):
         raise ServiceError(400, "unsupported_field", "include_knowledge_base: this server keeps no mental models "
                                                      "or knowledge pages (they need an LLM)")
-    transfer_id, _ = await export_bank(engine_of(request), bank_id, wanted=set(documents) or None,
-                                       bank_config=False, kind="document_export")
+    transfer_id, _ = await engine_of(request).export_bank(bank_id, documents=documents or None, bank_config=False,
+                                                          kind="document_export")
     return _submitted(transfer_id)
 
 
@@ -310,6 +140,8 @@ async def documents_export_removed(request: Request) -> Response:
 
 @endpoint
 async def transfer_import(request: Request) -> Response:
+    """A restore (a new bank, from a whole-bank archive) or a merge (documents into ``{bank_id}``): the
+    archive is checked whole first and written in one transaction, so a refused import changes nothing."""
     bank_id = bank_of(request)
     mode = _choice(request, "mode", "restore", ("restore", "merge"))
     conflict = _choice(request, "document_conflict", "skip", ("skip", "replace", "new-id"))
@@ -326,42 +158,18 @@ async def transfer_import(request: Request) -> Response:
     if flags["include_history"]:
         raise ServiceError(400, "unsupported_field", "include_history: this server keeps no audit log or LLM "
                                                      "requests to restore")
-    engine = engine_of(request)
-    form, upload = await _upload(request)
-    try:
-        archive = fmt.Archive(upload)
-        if archive.archive_type != "bank":
-            raise fmt.bad(f"not a whole-bank archive (archive_type={archive.archive_type!r}); "
-                          "use mode=merge or POST .../document-transfer instead")
-        target = banks.validate_bank_id(target or archive.source_bank_id)
-        if await _exists(engine, target):
-            raise ServiceError(400, "bank_exists", f"Target bank '{target}' already exists; a restore writes a "
-                               "fresh bank (it is not a merge). Delete it first or pass another target_bank_id.")
-        counts = {"documents": 0, "facts": 0, "observations": 0, "links": 0}
-        if flags["include_data"] is not False:
-            counts = await _restore_into(engine, archive, target,
-                                         bank_config=flags["include_bank_config"] is not False)
-        else:
-            async with engine.db.connect() as conn:
-                await banks.ensure_bank(conn, target)
-                row = archive.bank_row() if flags["include_bank_config"] is not False else None
-                if row is not None:
-                    await _restore_settings(conn, row, archive.source_bank_id, target)
-    finally:
-        await form.close()
-    on = bank_id if await _exists(engine, bank_id) else target
-    operation = await _record(engine, on, "bank_import", {"target_bank_id": target, **counts})
+    if target is not None:
+        banks.validate_bank_id(target)
+    async with _upload(request) as path:
+        operation, _ = await engine_of(request).import_bank(
+            path, record_on=bank_id, target=target, data=flags["include_data"] is not False,
+            config=flags["include_bank_config"] is not False)
     return _submitted(operation)
 
 
 async def _merge_request(request: Request, bank_id: str, conflict: str) -> Response:
-    engine = engine_of(request)
-    form, upload = await _upload(request)
-    try:
-        result = await _merge_into(engine, fmt.Archive(upload), bank_id, conflict)
-    finally:
-        await form.close()
-    operation = await _record(engine, bank_id, "document_import", result)
+    async with _upload(request) as path:
+        operation, _ = await engine_of(request).import_documents(bank_id, path, conflict)
     return _submitted(operation)
 
 
@@ -389,25 +197,7 @@ async def clone(request: Request) -> Response:
     if history:
         raise ServiceError(400, "unsupported_field", "include_history: this server keeps no audit log or LLM "
                                                      "requests to copy")
-    engine = engine_of(request)
-    if not await _exists(engine, bank_id):
-        raise BankNotFound(bank_id)
-    if target == bank_id or await _exists(engine, target):
-        raise ServiceError(400, "bank_exists", f"Target bank '{target}' already exists; a clone creates a new bank")
-    row = await _bank_row(engine, bank_id)
-    counts = {"documents": 0, "facts": 0, "observations": 0, "links": 0}
-    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as out:
-        if data:
-            async with engine.db.connect() as conn:
-                await fmt.write_archive(out, bank_id, store.memory_rows(conn, bank_id), store.link_rows(conn, bank_id),
-                                        row if config else None)
-            out.seek(0)
-            counts = await _restore_into(engine, fmt.Archive(out), target, bank_config=bool(config))
-        else:
-            async with engine.db.connect() as conn:
-                await banks.ensure_bank(conn, target)
-                await _restore_settings(conn, row, bank_id, target)
-    operation = await _record(engine, bank_id, "bank_clone", {"target_bank_id": target, **counts})
+    operation, _ = await engine_of(request).clone_bank(bank_id, target, data=bool(data), config=bool(config))
     return _submitted(operation)
 
 
@@ -444,7 +234,11 @@ async def download(request: Request) -> Response:
 @endpoint
 async def template_export(request: Request) -> Response:
     """The bank's settings as upstream's template manifest: its mission, disposition and overrides."""
-    row = await _bank_row(engine_of(request), bank_of(request))
+    bank_id = bank_of(request)
+    async with engine_of(request).db.connect() as conn:
+        row = await store.bank_row(conn, bank_id)
+    if row is None:
+        raise BankNotFound(bank_id)
     bank: dict[str, Any] = dict(row["config"])
     if row["mission"]:
         bank["reflect_mission"] = row["mission"]
@@ -512,5 +306,5 @@ def routes(banks_path: str) -> list[Route]:
         Route(f"{banks_path}/document-transfer", documents_import, methods=["POST"]),
         Route(f"{banks_path}/document-transfer", documents_export_removed, methods=["GET"]),
         Route(f"{banks_path}/clone", clone, methods=["POST"]),
-        Route(DOWNLOAD_PREFIX + "{key:path}", download, methods=["GET"]),
+        Route(DOWNLOAD_PATH + "{key:path}", download, methods=["GET"]),
     ]

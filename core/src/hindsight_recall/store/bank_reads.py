@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .banks import _profile
+from .banks import bank_profile_of
 from .citus import DISTRIBUTED
 
 #: the bank list, most recently written first: one statement, profiles and counts included (no
@@ -59,7 +59,7 @@ async def bank_page(conn: AsyncConnection, *, search: str | None = None, limit: 
     total = int(await conn.scalar(text(_BANK_COUNT), {"q": search}) or 0)
     page = []
     for r in rows:
-        profile = _profile(r.bank_id, r.profile or {}, r.updated_at)
+        profile = bank_profile_of(r.bank_id, r.profile or {}, r.updated_at)
         page.append({
             "bank_id": r.bank_id, "name": profile["name"], "disposition": profile["disposition"],
             "mission": profile["mission"] or None, "created_at": _iso(r.created_at),

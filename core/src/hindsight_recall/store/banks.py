@@ -138,7 +138,8 @@ PROFILE_FIELDS = ("name", "mission", "disposition")
 MAX_PROFILE_TEXT = 20_000
 
 
-def _profile(bank_id: str, stored: Mapping[str, Any], updated_at: Any) -> dict[str, Any]:
+def bank_profile_of(bank_id: str, stored: Mapping[str, Any], updated_at: Any) -> dict[str, Any]:
+    """A stored profile with the defaults filled in (as :func:`bank_profile` answers it)."""
     mission = stored.get("mission") or ""
     return {"bank_id": bank_id, "name": stored.get("name") or bank_id, "mission": mission, "background": mission,
             "disposition": {**DEFAULT_DISPOSITION, **(stored.get("disposition") or {})},
@@ -149,7 +150,7 @@ async def bank_profile(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | 
     """The bank's name, mission and disposition (defaults filled in), or ``None`` for an unknown bank."""
     row = (await conn.execute(text("SELECT profile, updated_at FROM banks WHERE bank_id = :bank"),
                               {"bank": bank_id})).first()
-    return None if row is None else _profile(bank_id, row.profile or {}, row.updated_at)
+    return None if row is None else bank_profile_of(bank_id, row.profile or {}, row.updated_at)
 
 
 def _check_profile(changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -186,7 +187,7 @@ async def set_bank_profile(conn: AsyncConnection, bank_id: str, changes: Mapping
     row = (await conn.execute(text(
         "UPDATE banks SET profile = profile || CAST(:changes AS jsonb), updated_at = now() WHERE bank_id = :bank "
         "RETURNING profile, updated_at"), {"changes": json.dumps(checked), "bank": bank_id})).one()
-    return _profile(bank_id, row.profile, row.updated_at)
+    return bank_profile_of(bank_id, row.profile, row.updated_at)
 
 
 async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:

@@ -8,6 +8,7 @@ is a retain of that object, so its embedding and links are made anew. Deleting i
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -23,13 +24,18 @@ def _record(row: Any) -> dict[str, Any]:
     return {"memory": row.memory, "reason": row.reason, "invalidated_at": row.invalidated_at.isoformat()}
 
 
-async def keep(conn: AsyncConnection, bank_id: str, memory: Memory, reason: str | None) -> None:
-    """Store ``memory`` as invalidated (the caller removes it from the bank in the same transaction)."""
+async def keep(conn: AsyncConnection, bank_id: str, memory: Memory, reason: str | None,
+               at: datetime | None = None) -> None:
+    """Store ``memory`` as invalidated (the caller removes it from the bank in the same transaction).
+
+    :param at: when it was invalidated (a restore gives back the time an archive carries); default now.
+    """
     await conn.execute(text(
-        "INSERT INTO invalidated_memories (bank_id, external_id, memory, reason) "
-        "VALUES (:bank, :id, CAST(:memory AS jsonb), :reason) ON CONFLICT (bank_id, external_id) "
-        "DO UPDATE SET memory = excluded.memory, reason = excluded.reason, invalidated_at = now()"
-    ), {"bank": bank_id, "id": memory.id, "memory": json.dumps(memory_line(memory)), "reason": reason})
+        "INSERT INTO invalidated_memories (bank_id, external_id, memory, reason, invalidated_at) "
+        "VALUES (:bank, :id, CAST(:memory AS jsonb), :reason, coalesce(CAST(:at AS timestamptz), now())) "
+        "ON CONFLICT (bank_id, external_id) DO UPDATE SET memory = excluded.memory, reason = excluded.reason, "
+        "invalidated_at = excluded.invalidated_at"
+    ), {"bank": bank_id, "id": memory.id, "memory": json.dumps(memory_line(memory)), "reason": reason, "at": at})
 
 
 async def take(conn: AsyncConnection, bank_id: str, memory_id: str) -> Memory | None:

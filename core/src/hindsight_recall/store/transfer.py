@@ -15,21 +15,24 @@ from typing import IO, Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from . import banks
+
 #: bytes per stored archive part
 PART_BYTES = 1 << 20
 
 _MEMORY_ROWS = """
 SELECT u.external_id, u.fact_type, u.text, u.context, u.occurred_start, u.occurred_end, u.mentioned_at,
        u.event_date, u.tags, u.metadata, u.document_id, u.chunk_id, u.proof_count, u.position, u.created_at,
-       c.chunk_text,
+       c.chunk_text, c.chunk_index, d.created_at AS document_created_at, d.updated_at AS document_updated_at,
        (SELECT array_agg(e.canonical_name ORDER BY e.canonical_name) FROM unit_entities ue
           JOIN entities e ON e.id = ue.entity_id AND e.bank_id = ue.bank_id
          WHERE ue.unit_id = u.id AND ue.bank_id = u.bank_id) AS entities,
        (SELECT array_agg(s.external_id ORDER BY o.n) FROM unnest(u.source_memory_ids) WITH ORDINALITY AS o(sid, n)
           JOIN memory_units s ON s.bank_id = u.bank_id AND s.id = o.sid) AS sources
   FROM memory_units u LEFT JOIN chunks c ON c.bank_id = u.bank_id AND c.chunk_id = u.chunk_id
+  LEFT JOIN documents d ON d.bank_id = u.bank_id AND d.document_id = u.document_id
  WHERE u.bank_id = :bank
- ORDER BY u.document_id NULLS LAST, u.chunk_id NULLS LAST, u.position NULLS LAST, u.external_id
+ ORDER BY u.document_id NULLS LAST, u.position NULLS LAST, c.chunk_index NULLS LAST, u.external_id
 """
 
 _LINK_ROWS = """
@@ -55,6 +58,50 @@ async def link_rows(conn: AsyncConnection, bank_id: str) -> AsyncIterator[Any]:
     result = await conn.stream(text(_LINK_ROWS), {"bank": bank_id})
     async for row in result:
         yield row
+
+
+async def invalidated_rows(conn: AsyncConnection, bank_id: str) -> AsyncIterator[Any]:
+    """Every invalidated memory of the bank (its JSON line, reason and time), by id."""
+    result = await conn.stream(text(
+        "SELECT external_id, memory, reason, invalidated_at FROM invalidated_memories WHERE bank_id = :bank "
+        "ORDER BY external_id"), {"bank": bank_id})
+    async for row in result:
+        yield row
+
+
+async def bank_row(conn: AsyncConnection, bank_id: str) -> dict[str, Any] | None:
+    """The bank as ``banks.json`` carries it: upstream's fields (name, mission, disposition, config, the
+    defaults filled in) and, under ``hindsight_recall``, the profile and settings exactly as stored."""
+    row = (await conn.execute(text("SELECT profile, config, updated_at FROM banks WHERE bank_id = :bank"),
+                              {"bank": bank_id})).first()
+    if row is None:
+        return None
+    profile = banks.bank_profile_of(bank_id, row.profile or {}, row.updated_at)
+    return {"bank_id": bank_id, "name": profile["name"], "mission": profile["mission"],
+            "disposition": profile["disposition"], "config": dict(row.config or {}),
+            "hindsight_recall": {"profile": dict(row.profile or {}), "config": dict(row.config or {})}}
+
+
+async def set_created(conn: AsyncConnection, bank_id: str, created: list[tuple[str, Any]]) -> None:
+    """Give restored memories the creation times they had: (memory id, time) pairs."""
+    if created:
+        await conn.execute(text(
+            "UPDATE memory_units u SET created_at = x.at FROM unnest(CAST(:ids AS text[]), "
+            "CAST(:ats AS timestamptz[])) AS x(id, at) WHERE u.bank_id = :bank AND u.external_id = x.id"
+        ), {"bank": bank_id, "ids": [c[0] for c in created], "ats": [c[1] for c in created]})
+
+
+async def set_document_dates(conn: AsyncConnection, bank_id: str, dates: list[tuple[str, Any, Any]]) -> None:
+    """Give restored documents the dates they had: (document id, created at, updated at); a missing
+    date leaves the one the write gave."""
+    if dates:
+        await conn.execute(text(
+            "UPDATE documents d SET created_at = coalesce(x.created, d.created_at), "
+            "updated_at = coalesce(x.updated, d.updated_at) FROM unnest(CAST(:ids AS text[]), "
+            "CAST(:created AS timestamptz[]), CAST(:updated AS timestamptz[])) AS x(id, created, updated) "
+            "WHERE d.bank_id = :bank AND d.document_id = x.id"
+        ), {"bank": bank_id, "ids": [d[0] for d in dates], "created": [d[1] for d in dates],
+            "updated": [d[2] for d in dates]})
 
 
 async def document_ids(conn: AsyncConnection, bank_id: str, wanted: list[str]) -> set[str]:

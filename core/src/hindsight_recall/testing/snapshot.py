@@ -63,6 +63,27 @@ async def bank_rows(conn: AsyncConnection, bank_ids: Collection[str], *,
     return out
 
 
+def read_bank_rows(url: str, bank_ids: Collection[str], **options: Any) -> Rows:
+    """:func:`bank_rows` from outside a running engine (a server in another thread or process): its own
+    connection to the database at ``url``, on a loop of its own."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
+    from ..store.db import sqlalchemy_url
+
+    async def read() -> Rows:
+        engine = create_async_engine(sqlalchemy_url(url), poolclass=NullPool)
+        try:
+            async with engine.connect() as conn:
+                return await bank_rows(conn, bank_ids, **options)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
 def differences(before: Rows, after: Rows, limit: int = 5) -> list[str]:
     """What differs between two :func:`bank_rows` readings, a line per table (empty when equal)."""
     lines = []
