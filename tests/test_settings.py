@@ -121,6 +121,7 @@ DEFAULTS = {
     "recall_context_neighbour_weight": 0.3,
     "recall_context_document_weight": 0.2,
     "recall_context_expand": 50,
+    "recall_period_first": True,
 }
 
 

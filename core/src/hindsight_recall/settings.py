@@ -77,6 +77,8 @@ class BankSettings(BaseModel):
     recall_context_neighbour_weight: float = Field(0.3, ge=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
     recall_context_document_weight: float = Field(0.2, ge=0, le=MAX_RECALL_WEIGHT, allow_inf_nan=False)
     recall_context_expand: int = Field(50, ge=0, le=MAX_RECALL_BUDGET)
+    # A question that names a past period ranks the memories of that period first (recall/scoring.period_first).
+    recall_period_first: bool = True
 
     @field_validator("recall_score_weights", "recall_rrf_weights")
     @classmethod

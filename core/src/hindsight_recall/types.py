@@ -177,6 +177,8 @@ class Candidate:
     recency: float = 0.5
     temporal: float = 0.5
     proof: float = 0.5
+    #: inside the period the question names (recall/scoring.favour_period)
+    period: bool = False
     final: float = 0.0
 
 

@@ -37,7 +37,7 @@ from .packing import pack
 from .question import Question, read_question
 from .request import RecallRequest
 from .response import build_response, empty_response, fetch_chunks
-from .scoring import apply_floors, combined, proof_score, recency
+from .scoring import apply_floors, combined, names_period, period_first, proof_score, recency
 from .services import RecallServices
 from .trace import Trace
 from .weak import weak_candidates
@@ -209,7 +209,7 @@ async def _recall(
         details.update(rerank_details)
         if req.reranking == "interleave":
             candidates = interleave(lists, candidates)
-    with trace.phase("combined_scoring"):
+    with trace.phase("combined_scoring") as details:
         if req.reranking == "interleave":  # the interleave order is final
             for c in candidates:
                 c.final = c.rrf_score
@@ -219,6 +219,9 @@ async def _recall(
             if boosts and not rerank_details.get("passthrough"):
                 add_rank_boosts(candidates, boosts)
             candidates.sort(key=lambda c: -c.final)
+            if question.window is not None and config.recall_period_first and names_period(question.window, now):
+                candidates = period_first(candidates, question.window)
+                details["in_period"] = sum(c.period for c in candidates)
         candidates = apply_floors(candidates, req.min_scores.get("reranker"), req.min_scores.get("final"))
     if not candidates and not req.min_scores and config.recall_weak_results:
         with trace.phase("weak_results") as details:

@@ -288,6 +288,7 @@ def _trace(
                     "temporal": c.temporal,
                     "recency": c.recency,
                     "proof_norm": c.proof,
+                    "in_period": c.period,
                     "combined_score": c.final,
                 },
             }

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..types import Candidate
+from ..types import Candidate, MemoryRow, TimeWindow
 
 
 def normalise(raw: Sequence[float]) -> list[float]:
@@ -54,6 +54,53 @@ def proof_score(proof_count: int | None) -> float:
 def combined(ce: float, recency_score: float, temporal: float, proof: float) -> float:
     """The final score: the reranker score nudged by recency, temporal proximity and evidence."""
     return ce * (1 + 0.2 * (recency_score - 0.5)) * (1 + 0.2 * (temporal - 0.5)) * (1 + 0.1 * (proof - 0.5))
+
+
+def in_period(row: MemoryRow, window: TimeWindow) -> bool:
+    """Whether a memory happened in the window: its occurrence overlaps it, or, with no occurrence
+    date, it was mentioned in it (a memory retold later belongs to when it happened).
+
+    :param row: the memory.
+    :param window: the period the question names.
+    """
+    start, end = row.occurred_start or row.occurred_end, row.occurred_end or row.occurred_start
+    if start is not None and end is not None:
+        return start <= window.end and end >= window.start
+    return row.mentioned_at is not None and window.start <= row.mentioned_at <= window.end
+
+
+#: the longest window read as a period: a year, a season, a month, a week or a day (a range open towards
+#: the past, "before June 2023", is no period)
+PERIOD_DAYS = 366
+
+
+def names_period(window: TimeWindow, now: datetime) -> bool:
+    """Whether a question's window is a past period: bounded, at most :data:`PERIOD_DAYS` long, and over
+    by ``now``. A window around ``now`` ("tonight", "now", "this week") mostly says when the asker
+    wants something, not when what they ask about happened.
+
+    :param window: the question's window.
+    :param now: the question's reference time (``query_timestamp``, else the present).
+    """
+    return window.end <= now and (window.end - window.start).days <= PERIOD_DAYS
+
+
+def period_first(candidates: list[Candidate], window: TimeWindow) -> list[Candidate]:
+    """The memories of the named period that match the question, first; then the rest, each in its order.
+
+    A question that names a period ("last spring", "in March") asks about that period: of two
+    memories that match its words, the one inside it answers, however much better the other matches
+    ("What did Tomasz do last spring?" names Tomasz in every memory of him). The temporal arm alone
+    cannot say so: it is one arm of several, and the others search the question without its date
+    words. A memory counts as matching when an arm that reads the question found it (any arm but
+    the temporal one, whose pool is the period itself); the context stage's neighbours do not.
+
+    :param candidates: the scored candidates, best first.
+    :param window: the question's window (:func:`names_period`).
+    """
+    for c in candidates:
+        c.period = in_period(c.row, window) and any(rank != "temporal_rank" for rank in c.source_ranks)
+    return [c for c in candidates if c.period] + [c for c in candidates if not c.period]
 
 
 def apply_floors(candidates: list[Candidate], min_reranker: float | None, min_final: float | None) -> list[Candidate]:
