@@ -76,6 +76,10 @@ class NativeSettings(BaseSettings):
     rank: Literal["ts_rank", "ts_rank_cd"] = "ts_rank"
     #: Weigh each query term by its inverse document frequency in the bank (the fact types searched).
     idf: bool = True
+    #: PostgreSQL's ``normalization`` of ``ts_rank``/``ts_rank_cd``, a bit mask: 0 ignores a memory's length;
+    #: 1 divides by 1 + ln(its word count), 2 by its word count, 8 by its distinct words, 16 by 1 + ln(those),
+    #: 32 maps rank r to r/(r + 1) (4, the extent distance, applies to ``ts_rank_cd`` only).
+    normalization: int = Field(0, ge=0, le=63)
     #: At most this many matching memories are scored per query (0: all). Every memory holding one of
     #: the rarest terms (as many as fit, by their counts) is scored; common terms fill what is left.
     max_rows: int = Field(2000, ge=0)
@@ -158,7 +162,7 @@ class NativeBackend:
     def parameters(self) -> dict[str, Any]:
         return {"native_language": self.language, "native_max_terms": self.max_terms,
                 "native_selective": self.selective, "native_max_frequency": self.max_frequency,
-                "native_max_rows": self.config.max_rows}
+                "native_max_rows": self.config.max_rows, "native_normalization": self.config.normalization}
 
     def write_expression(self, document_sql: str) -> str:
         return f"to_tsvector({_LANGUAGE}, {document_sql})"
@@ -182,12 +186,13 @@ class NativeBackend:
         kept term. Nothing counts the bank.
         """
         rank = self.config.rank
+        normalization = "CAST(:native_normalization AS int)"
         if self.config.idf:
             # the mean over kept terms of idf(t) x rank(memory, t)
-            score = f"(SELECT sum(kept.w * {rank}(hits.hit_vector, kept.q)) / count(*) FROM kept)"
+            score = f"(SELECT sum(kept.w * {rank}(hits.hit_vector, kept.q, {normalization})) / count(*) FROM kept)"
         else:
             anyterm = f"(SELECT to_tsquery({_LANGUAGE}, string_agg(quote_literal(term), ' | ')) FROM kept)"
-            score = f"{rank}(hits.hit_vector, {anyterm})"
+            score = f"{rank}(hits.hit_vector, {anyterm}, {normalization})"
         match = (f"SELECT {columns}, search_vector AS hit_vector FROM memory_units "
                  f"WHERE {where} AND search_vector @@ ")
         not_exact = "AND NOT coalesce(search_vector @@ (SELECT exact FROM tiers), false) "

@@ -62,9 +62,10 @@ def test_golden_statements() -> None:
     )
     assert b.write_expression("document") == f"to_tsvector({LANGUAGE}, document)"
     assert b.parameters() == {"native_language": "english", "native_max_terms": 16, "native_selective": True,
-                              "native_max_frequency": 1.0, "native_max_rows": 2000}
+                              "native_max_frequency": 1.0, "native_max_rows": 2000, "native_normalization": 0}
     plain = NativeBackend(Settings(), NativeSettings(idf=False)).arm_sql(columns=COLUMNS, where=WHERE)
     assert "ts_rank(hits.hit_vector, (SELECT to_tsquery(" in plain and "kept.w" not in plain
+    assert "CAST(:native_normalization AS int)" in plain
 
 
 def test_language_is_a_bound_parameter_never_sql_text() -> None:
@@ -150,10 +151,23 @@ async def test_every_term_is_bound_and_the_statement_chooses() -> None:
 def test_selection_options_are_bound_parameters() -> None:
     b = backend(bm25_max_query_terms=3, bm25_selective_terms=False, bm25_max_term_frequency=0.25)
     assert b.parameters() == {"native_language": "english", "native_max_terms": 3, "native_selective": False,
-                              "native_max_frequency": 0.25, "native_max_rows": 2000}
+                              "native_max_frequency": 0.25, "native_max_rows": 2000, "native_normalization": 0}
     assert NativeBackend(Settings(), NativeSettings(max_rows=0)).parameters()["native_max_rows"] == 0
     with pytest.raises(ValidationError):
         NativeSettings(max_rows=-1)
+
+
+@pytest.mark.parametrize("value", [0, 1, 16, 63])
+def test_length_normalization_is_a_bound_bit_mask(value: int) -> None:
+    b = NativeBackend(Settings(), NativeSettings(normalization=value))
+    assert b.parameters()["native_normalization"] == value
+    assert "kept.q, CAST(:native_normalization AS int))" in b.arm_sql(columns=COLUMNS, where=WHERE)
+
+
+@pytest.mark.parametrize("value", [-1, 64, "log"])
+def test_length_normalization_out_of_range_is_refused(value: object) -> None:
+    with pytest.raises(ValidationError):
+        NativeSettings(normalization=value)
 
 
 def test_reference_ranking_function_is_available() -> None:

@@ -1,4 +1,5 @@
-"""``bench locomo``: retrieval quality and latency on a LoCoMo-style split (memories + queries JSONL)."""
+"""``bench recall`` (also ``bench locomo``): retrieval quality and latency on any split in the LoCoMo JSONL
+format (memories + queries, such as LoCoMo's and LongMemEval's), beside a plain BM25 over the same memories."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..retain.memories import read_jsonl
 from ..store import banks
+from ._bm25 import Okapi
 
 KS = (1, 5, 10)
 ALL_KS = (5, 10)
@@ -64,6 +66,10 @@ async def run_locomo(
 ) -> dict[str, Any]:
     """Retain every conversation into a fresh bank, recall each question, print and return the metrics.
 
+    A question is asked at its ``query_timestamp`` when its line has one (relative dates such as "four
+    weeks ago" are read against it). Plain Okapi BM25 over the same memories (:mod:`._bm25`) is scored
+    beside the engine, per category (``per_category["bm25"]``).
+
     With ``per_arm``, each arm's own ranking (read from the trace) is scored too, and so is fused
     recall without each stage (:data:`ABLATIONS`), each question asked once per variant in turn, so
     the variants' latencies come from the same moments of the same run.
@@ -81,6 +87,8 @@ async def run_locomo(
     variants = {name: engine.settings.model_copy(update=update(engine.settings))
                 for name, update in ABLATIONS.items()} if per_arm else {}
     variant_latencies: dict[str, list[float]] = defaultdict(list)
+    baseline = {bank_id: Okapi((m.id, m.text) for m in ms) for bank_id, ms in batches.items()}
+    baseline_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     skipped = 0
     async with engine:
         async with engine.db.connect() as conn:
@@ -99,7 +107,8 @@ async def run_locomo(
             for i, q in enumerate(questions, start=1):
                 started = time.perf_counter()
                 body = await engine.recall(q["bank"], q["question"], budget=budget, max_tokens=max_tokens,
-                                           include_entities=None, trace=per_arm)
+                                           include_entities=None, trace=per_arm,
+                                           query_timestamp=q.get("query_timestamp"))
                 latencies.append(time.perf_counter() - started)
                 ranked = [r["id"] for r in body["results"]]
                 if run_file:
@@ -109,6 +118,8 @@ async def run_locomo(
                     continue
                 category = q.get("category_name", str(q.get("category")))
                 rows[category].append(score_query(q["evidence"], ranked))
+                if q["bank"] in baseline:
+                    baseline_rows[category].append(score_query(q["evidence"], baseline[q["bank"]].rank(q["question"])))
                 for arm, arm_ranked in (_arm_rankings(body) if per_arm else {}).items():
                     arm_rows[arm][category].append(score_query(q["evidence"], arm_ranked))
                 for name, ranked_without in (await _ablate(engine, variants, q, budget, max_tokens,
@@ -120,7 +131,8 @@ async def run_locomo(
             if run_file:
                 run_file.close()
     metrics = summarise(rows)
-    by_category: dict[str, dict[str, dict[str, float]]] = {}
+    by_category: dict[str, dict[str, dict[str, float]]] = {"fused": summarise(rows), "bm25": summarise(baseline_rows)}
+    metrics["bm25"] = by_category["bm25"].get("ALL", {})
     for arm, arm_metrics in sorted(arm_rows.items()):
         name = arm if arm in ABLATIONS else f"arm:{arm}"
         by_category[name] = summarise(arm_metrics)
@@ -129,10 +141,8 @@ async def run_locomo(
         "metrics": metrics, "skipped_no_evidence": skipped, "retain": stats.as_json(),
         "latency_ms": {"p50": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
                        "p95": round(percentile(latencies, 0.95) * 1000, 1)},
-        "budget": budget, "max_tokens": max_tokens,
+        "budget": budget, "max_tokens": max_tokens, "per_category": by_category,
     }
-    if by_category:
-        report["per_category"] = by_category
     if variant_latencies:
         report["variant_latency_ms"] = {name: {"p50": round(statistics.median(v) * 1000, 1),
                                                "p95": round(percentile(v, 0.95) * 1000, 1)}
@@ -153,7 +163,7 @@ async def _ablate(engine: Any, variants: dict[str, Any], q: dict[str, Any], budg
             engine.settings = settings
             started = time.perf_counter()
             body = await engine.recall(q["bank"], q["question"], budget=budget, max_tokens=max_tokens,
-                                       include_entities=None)
+                                       include_entities=None, query_timestamp=q.get("query_timestamp"))
             latencies[name].append(time.perf_counter() - started)
             ranked[name] = [r["id"] for r in body["results"]]
     finally:
@@ -173,7 +183,8 @@ def _print_table(report: dict[str, Any], echo: Callable[[str], None]) -> None:
     names = [f"hit_any@{k}" for k in KS] + [f"hit_all@{k}" for k in ALL_KS] + ["mrr"]
     echo(f"{'category':18s} {'n':>4s} " + " ".join(f"{n:>10s}" for n in names))
     for category, values in report["metrics"].items():
-        echo(f"{category:18s} {values['n']:4d} " + " ".join(f"{values[n]:10.3f}" for n in names))
+        if values:
+            echo(f"{category:18s} {values['n']:4d} " + " ".join(f"{values[n]:10.3f}" for n in names))
     echo(f"recall latency p50 {report['latency_ms']['p50']} ms, p95 {report['latency_ms']['p95']} ms; "
          f"{report['skipped_no_evidence']} queries without evidence skipped")
     for name, lat in report.get("variant_latency_ms", {}).items():
