@@ -461,3 +461,30 @@ def test_temporal_links_in_an_archive_are_not_stored(http: httpx.Client) -> None
                               files={"file": ("a.zip", buf.getvalue())}))
     assert _links_http(http, target) == _links_http(http, source)
     assert not any(kind == "temporal" for _, _, kind, _ in _links_http(http, target))
+
+
+def test_transfer_operations_are_listed_and_read_as_upstreams_client_reads_them(http: httpx.Client,
+                                                                               client: Any) -> None:
+    source = new_bank(http)
+    archive = client.export_bank(source, poll_interval=0.05)  # submit, poll the operation, download
+    assert zipfile.ZipFile(io.BytesIO(archive)).testzip() is None
+    ops_path = f"/v1/default/banks/{source}/operations"
+    exported = operation(http, http.post(f"/v1/default/banks/{source}/transfer/export"))
+    got = http.get(f"{ops_path}/{exported}").json()
+    assert got["status"] == "completed" and got["operation_type"] == "bank_export"
+    meta = got["result_metadata"]
+    assert meta["download_url"] == f"/v1/default/files/download/transfers/{source}/{exported}.zip"
+    assert meta["fact_count"] == 3 and meta["observation_count"] == 1 and meta["byte_size"] > 0
+    imported = client.import_bank(source, archive, target_bank_id=f"{source}-i")
+    cloned = client.clone_bank(source, f"{source}-k")
+    for op, kind, target in ((imported, "bank_import", f"{source}-i"), (cloned, "bank_clone", f"{source}-k")):
+        status = run(str(http.base_url), lambda c, op=op: c.operations.get_operation_status(source, op))
+        assert status.status == "completed" and status.operation_type == kind
+        assert status.result_metadata["target_bank_id"] == target and status.result_metadata["facts"] == 3
+    listed = http.get(ops_path, params={"limit": 100}).json()
+    assert {exported, imported, cloned} <= {o["id"] for o in listed["operations"]}
+    assert http.get(ops_path, params={"type": "bank_clone"}).json()["total"] == 1
+    assert http.delete(f"{ops_path}/{exported}").status_code == 409  # completed: not cancellable
+    assert http.delete(f"{ops_path}/{exported}/delete").status_code == 200
+    assert http.get(f"/v1/default/files/download/transfers/{source}/{exported}.zip").status_code == 404
+    assert http.get(f"{ops_path}/{exported}").json()["status"] == "not_found"

@@ -94,6 +94,15 @@ def _operation(row: Any) -> Operation:
     return Operation(*row[:18])
 
 
+#: a bank transfer (an export, import or clone, done before its request was answered; see
+#: :mod:`.transfer`) in the columns of an operation, so the queue's routes list and read it
+_TRANSFER = ("bank_id, id, kind, status, 0, NULL::text, 0, status, updated_at, error, 0, 1, NULL::text, "
+             "NULL::timestamptz, created_at, updated_at, updated_at, result")
+#: every operation of the bank ``:bank``: the queue's and the transfers'
+_ALL = (f"(SELECT {_COLUMNS} FROM operations WHERE bank_id = :bank "
+        f"UNION ALL SELECT {_TRANSFER} FROM bank_transfers WHERE bank_id = :bank) AS o")
+
+
 async def submit(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID, operation_type: str, payload: str,
                  items_count: int, document_id: str | None) -> bool:
     """Queue an operation; False when this bank already has one with this id (nothing is queued)."""
@@ -114,9 +123,13 @@ async def owner_of(conn: AsyncConnection, operation_id: uuid.UUID) -> tuple[str,
 
 
 async def get(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) -> Operation | None:
+    """One operation of the bank: queued, or a transfer's record."""
+    params = {"bank": bank_id, "id": operation_id}
     row = (await conn.execute(text(
-        f"SELECT {_COLUMNS} FROM operations WHERE bank_id = :bank AND operation_id = :id"
-    ), {"bank": bank_id, "id": operation_id})).first()
+        f"SELECT {_COLUMNS} FROM operations WHERE bank_id = :bank AND operation_id = :id"), params)).first()
+    if row is None:
+        row = (await conn.execute(text(
+            f"SELECT {_TRANSFER} FROM bank_transfers WHERE bank_id = :bank AND id = :id"), params)).first()
     return None if row is None else _operation(row)
 
 
@@ -130,8 +143,8 @@ async def payload_of(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUI
 
 async def listing(conn: AsyncConnection, bank_id: str, *, status: str | None, operation_type: str | None,
                   limit: int, offset: int) -> tuple[list[Operation], int]:
-    """A page of the bank's operations, newest first, and how many match in all."""
-    where = "bank_id = :bank"
+    """A page of the bank's operations (the transfers' among them), newest first, and how many match in all."""
+    where = "true"
     params: dict[str, Any] = {"bank": bank_id, "limit": limit, "offset": offset}
     if status is not None:
         where += " AND status = :status"
@@ -139,9 +152,9 @@ async def listing(conn: AsyncConnection, bank_id: str, *, status: str | None, op
     if operation_type is not None:
         where += " AND operation_type = :type"
         params["type"] = operation_type
-    total = await conn.scalar(text(f"SELECT count(*) FROM operations WHERE {where}"), params)
+    total = await conn.scalar(text(f"SELECT count(*) FROM {_ALL} WHERE {where}"), params)
     rows = await conn.execute(text(
-        f"SELECT {_COLUMNS} FROM operations WHERE {where} ORDER BY created_at DESC, operation_id "
+        f"SELECT {_COLUMNS} FROM {_ALL} WHERE {where} ORDER BY created_at DESC, operation_id "
         "LIMIT :limit OFFSET :offset"
     ), params)
     return [_operation(r) for r in rows], int(total or 0)
@@ -167,11 +180,16 @@ async def requeue(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) 
 
 
 async def delete(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) -> bool:
-    """Remove an operation that has ended."""
+    """Remove an operation that has ended (a transfer's record with its archive)."""
+    params = {"bank": bank_id, "id": operation_id, "states": list(TERMINAL)}
     done = await conn.scalar(text(
         "DELETE FROM operations WHERE bank_id = :bank AND operation_id = :id "
         "AND status = ANY(:states) RETURNING 1"
-    ), {"bank": bank_id, "id": operation_id, "states": list(TERMINAL)})
+    ), params)
+    if done is None:
+        done = await conn.scalar(text(
+            "DELETE FROM bank_transfers WHERE bank_id = :bank AND id = :id AND status = ANY(:states) RETURNING 1"
+        ), params)
     return done is not None
 
 
