@@ -1,5 +1,5 @@
 """The demo's questions, answered on the bundled sample bank: each puts one of its answers first,
-under score fusion and under RRF."""
+under score fusion and under RRF, with the default reranker (offline, the fused order) and with ``rrf``."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ from hindsight_recall.settings import Settings
 QUESTIONS = sample_questions()
 
 
-@pytest.fixture(scope="module", params=["score", "rrf"])
+@pytest.fixture(scope="module", params=[("score", "rrf"), ("rrf", "rrf"), ("score", "local"), ("rrf", "local")],
+                ids=lambda p: f"{p[0]}-fusion-{p[1]}-reranker")
 async def fused(request: pytest.FixtureRequest, make_settings: Callable[..., Settings]) -> AsyncIterator[Engine]:
-    """An engine fusing the arms' lists one way, over a fresh copy of the demo bank."""
-    async with Engine(make_settings(recall_fusion=request.param)) as eng:
+    """An engine fusing the arms' lists one way and reranking one way, over a fresh copy of the demo bank."""
+    fusion, reranker = request.param
+    async with Engine(make_settings(recall_fusion=fusion, reranker_provider=reranker, reranker_timeout=1)) as eng:
         await eng.delete_bank("demo-questions")
         await eng.retain("demo-questions", sample_bank())
         yield eng
