@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,6 +25,7 @@ from ..retain.memories import parse_datetime
 from ..settings import Settings
 from ..store import banks, operations
 from ..store.db import database_errors
+from .base import body_of
 from .errors import ServiceError
 from .items import appended, build_memory, item_text, placements
 from .schemas import RetainBody
@@ -35,13 +37,40 @@ RETAIN = "retain"
 Checkpoint = Callable[[AsyncConnection, str, int], Awaitable[None]]
 
 
+class _Size(BaseModel):
+    """Just enough of a retain body to know how big it is: its items unread, and whether it is queued."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    items: list[Any] = Field(default_factory=list)
+    async_: bool = Field(default=False, alias="async")
+
+
+async def retain_body(request: Request, settings: Settings) -> RetainBody:
+    """The retain's body, validated; a synchronous one with more items than a synchronous retain takes is
+    refused (413) from its item count, before any item is validated (for 400,000 items: a fifth of a
+    second instead of seconds)."""
+    raw = await request.body()
+    try:
+        size = _Size.model_validate_json(raw or b"{}")
+    except ValidationError:
+        size = None  # the full validation names what is wrong
+    if size is not None and not size.async_:
+        _refuse_sync(len(size.items), settings)
+    return await body_of(request, RetainBody)  # type: ignore[no-any-return]
+
+
+def _refuse_sync(items: int, settings: Settings) -> None:
+    limit = settings.service_max_sync_retain_items
+    if items > limit:
+        raise ServiceError(413, "too_many_items", f"a synchronous retain takes at most {limit} items "
+                           f"(HINDSIGHT_API_SERVICE_MAX_SYNC_RETAIN_ITEMS); this one has {items}: send "
+                           "it with \"async\": true to queue it as an operation")
+
+
 def check_sync_size(body: RetainBody, settings: Settings) -> None:
     """Refuse (413) a synchronous retain too large to answer promptly, pointing to ``async: true``."""
-    limit = settings.service_max_sync_retain_items
-    if len(body.items) > limit:
-        raise ServiceError(413, "too_many_items", f"a synchronous retain takes at most {limit} items "
-                           f"(HINDSIGHT_API_SERVICE_MAX_SYNC_RETAIN_ITEMS); this one has {len(body.items)}: send "
-                           "it with \"async\": true to queue it as an operation")
+    _refuse_sync(len(body.items), settings)
 
 
 def precheck(body: RetainBody) -> None:

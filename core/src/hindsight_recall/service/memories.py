@@ -24,7 +24,7 @@ from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query
 from .errors import ServiceError
 from .items import appended, build_memories, check_supported
 from .ops import Admission
-from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
+from .schemas import UNSUPPORTED, ImportBody, RecallBody, UpdateMemoryBody
 
 #: upstream's unlimited (-1) source-fact budget, as a token count
 UNLIMITED = 2**31 - 1
@@ -35,9 +35,9 @@ async def retain(request: Request) -> Response:
     """Store the items verbatim, all or nothing; a re-sent document replaces its memories. With
     ``async: true`` the retain is queued as an operation and the answer carries its id."""
     bank_id = bank_of(request)
-    body: RetainBody = await body_of(request, RetainBody)
-    check_supported(body)
     engine = engine_of(request)
+    body = await async_retain.retain_body(request, engine.settings)
+    check_supported(body)
     if body.async_:
         return await async_retain.submit(request, engine, bank_id, body)
     async_retain.check_sync_size(body, engine.settings)

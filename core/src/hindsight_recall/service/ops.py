@@ -79,6 +79,7 @@ class Guard:
         self.max_query = settings.service_max_query_bytes
         self.timeout = settings.service_request_timeout or None
         self.log_format = settings.service_access_log
+        self.retry_after = str(max(settings.service_retry_after, 1))
         # the console checks the key itself: the header, or the cookie its login form sets
         self.console = settings.console_enabled
 
@@ -107,6 +108,17 @@ class Guard:
             late = ServiceError(504, "timeout", f"the request took longer than {self.timeout:g} s "
                                 "(HINDSIGHT_API_SERVICE_REQUEST_TIMEOUT)")
             await self._fail(late, scope, receive, send_tracked, sent)
+        except asyncio.CancelledError:
+            # the server is stopping and its grace period (SERVICE_SHUTDOWN_TIMEOUT) is over: what the
+            # request was writing rolled back, so the client is told to send it again
+            if sent["started"]:
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            cut = ServiceError(503, "shutting_down", "the server stopped before the request finished; nothing "
+                               "it would have written was kept: send it again", {"Retry-After": self.retry_after})
+            await self._fail(cut, scope, receive, send_tracked, sent)
         except Exception as exc:  # a body over the limit read outside a route, or a defect (logged)
             await self._fail(exc, scope, receive, send_tracked, sent)
         finally:
