@@ -469,7 +469,9 @@ def test_the_key_is_asked_for_and_kept_in_a_strict_cookie(keyed: Any) -> None:
         assert c.post("/ui/login", data={"key": KEY, "next": "/ui/"}).status_code == 403  # no form token
         right = c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "//evil.example/"}, follow_redirects=False)
         assert right.status_code == 303 and right.headers["location"] == "/ui/"
-        cookie = [h for h in right.headers.get_list("set-cookie") if h.startswith("hindsight_console_key=")][0].lower()
+        cookie = [h for h in right.headers.get_list("set-cookie") if h.startswith("hindsight_console_login=")][0]
+        assert KEY not in cookie and "max-age=43200" in cookie.lower()  # a signed token that expires, not the key
+        cookie = cookie.lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
         assert c.get("/ui/").status_code == 200
         # the cookie opens the console only: the API still wants the header
@@ -477,11 +479,48 @@ def test_the_key_is_asked_for_and_kept_in_a_strict_cookie(keyed: Any) -> None:
         logout = c.post("/ui/logout", data={"csrf": _form_token(c.get("/ui/").text)}, follow_redirects=False)
         assert logout.status_code == 303
         assert c.get("/ui/", follow_redirects=False).status_code == 303
-    with httpx.Client(base_url=keyed.url, cookies={"hindsight_console_key": "wrong"}) as c:
-        assert c.get("/ui/", follow_redirects=False).status_code == 303
+    for forged in ("wrong", KEY, "v1.99999999999.nonce.signature"):
+        with httpx.Client(base_url=keyed.url, cookies={"hindsight_console_login": forged}) as c:
+            assert c.get("/ui/", follow_redirects=False).status_code == 303, forged
     bearer = httpx.get(f"{keyed.url}/ui/", headers={"Authorization": f"Bearer {KEY}"})
     assert bearer.status_code == 200
     assert httpx.get(f"{keyed.url}/ui/static/console.css").status_code == 200
+
+
+def test_a_login_expires_and_a_new_key_ends_every_login() -> None:
+    from hindsight_recall.service.console.auth import Logins
+
+    logins = Logins(KEY, lifetime=60)
+    token = logins.issue(now=1000)
+    assert KEY not in token and logins.valid(token, now=1059) and not logins.valid(token, now=1061)
+    assert Logins(KEY, lifetime=60).valid(token, now=1030)  # another process serving the same key
+    assert not Logins(KEY + "-rotated", lifetime=60).valid(token, now=1030)
+    body, _, signature = token.rpartition(".")
+    later = body.split(".")
+    assert not logins.valid(f"v1.{int(later[1]) + 10**6}.{later[2]}.{signature}", now=1030)  # a changed expiry
+    for bad in ("", "v1", "v1.x.y.z", "v2.9999999999.n.s", "." * 300):
+        assert not logins.valid(bad, now=1030)
+
+
+def test_rotating_the_key_logs_every_browser_out(tmp_path_factory: pytest.TempPathFactory) -> None:
+    first = _server(tmp_path_factory, "console-rotate-a", service_api_key=KEY)
+    try:
+        with httpx.Client(base_url=first.url) as c:
+            token = _form_token(c.get("/ui/login").text)
+            c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "/ui/"}, follow_redirects=False)
+            login = c.cookies["hindsight_console_login"]
+            assert c.get("/ui/", follow_redirects=False).status_code == 200
+    finally:
+        first.stop()
+    same, rotated = (_server(tmp_path_factory, f"console-rotate-{n}", service_api_key=k)
+                     for n, k in (("b", KEY), ("c", KEY + "-new")))
+    try:
+        for running, status in ((same, 200), (rotated, 303)):
+            with httpx.Client(base_url=running.url, cookies={"hindsight_console_login": login}) as c:
+                assert c.get("/ui/", follow_redirects=False).status_code == status
+    finally:
+        same.stop()
+        rotated.stop()
 
 
 def test_the_console_can_be_switched_off(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -687,8 +726,8 @@ def test_browser_logs_in_with_the_key(browser: Any, keyed: Any) -> None:
     browser.find_element(By.ID, "key").send_keys(KEY)
     _submit(browser, "login")
     assert browser.find_element(By.ID, "banks").is_displayed()
-    cookie = browser.get_cookie("hindsight_console_key")
-    assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    cookie = browser.get_cookie("hindsight_console_login")
+    assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict" and KEY not in cookie["value"]
 
 
 def test_serve_prints_the_console_address(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -85,6 +85,7 @@ DEFAULTS = {
     "archive_max_bytes": 256 * 1024 * 1024,
     "archive_max_entries": 100_000,
     "archive_max_depth": 32,
+    "console_session_ttl": 43200,
     "service_access_log": "text",
     "console_enabled": True,
     "mcp_bank_id": "default",
@@ -181,6 +182,7 @@ def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: s
         ({"archive_max_bytes": 0}, "HINDSIGHT_API_ARCHIVE_MAX_BYTES"),
         ({"archive_max_entries": 0}, "HINDSIGHT_API_ARCHIVE_MAX_ENTRIES"),
         ({"archive_max_depth": 1000}, "HINDSIGHT_API_ARCHIVE_MAX_DEPTH"),
+        ({"console_session_ttl": 0}, "HINDSIGHT_API_CONSOLE_SESSION_TTL"),
         ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
     ],
 )

@@ -248,6 +248,8 @@ class Settings(BaseSettings, BankSettings):
     archive_max_depth: int = Field(32, ge=4, le=900)
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True
+    #: seconds a console login lasts (its cookie holds a signed token, never the key)
+    console_session_ttl: float = Field(12 * 3600, gt=0)
     #: the bank MCP tools use when neither the call, the URL (``/mcp/{bank_id}/``) nor an ``X-Bank-Id``
     #: header names one; upstream's HINDSIGHT_MCP_BANK_ID is read too
     mcp_bank_id: str = Field("default", validation_alias=AliasChoices(

@@ -1,23 +1,29 @@
 """Who may use the console, and cross-site request protection for its forms.
 
-With an API key configured, a page request carries it either as ``Authorization: Bearer`` (as the API
-does) or in the HttpOnly, SameSite=Strict cookie the login form sets. Every form carries a token
-derived from a per-browser session cookie; a POST whose token does not match is refused.
+With an API key configured, a page request carries either the key as ``Authorization: Bearer`` (as the
+API does) or the login the login form gave it: an HttpOnly, SameSite=Strict cookie holding a signed,
+expiring token (:class:`Logins`), never the key itself. The token is signed with a secret derived from
+the key, so every process serving that key accepts it and a new key ends every login. Every form
+carries a token derived from a per-browser session cookie; a POST whose token does not match is refused.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
+import time
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 #: where the console lives; the guard leaves these paths to :func:`authorized`
 PREFIX = "/ui"
-#: the cookie holding the API key after a login
-KEY_COOKIE = "hindsight_console_key"
+#: the cookie holding a login (a signed token, see :class:`Logins`)
+LOGIN_COOKIE = "hindsight_console_login"
+#: what the login tokens' secret is derived from the key with
+_LOGIN_CONTEXT = b"hindsight-recall console login v1"
 #: the cookie naming the browser's session, from which form tokens are derived
 SESSION_COOKIE = "hindsight_console_session"
 #: paths served without the key: the login form and the stylesheet it uses
@@ -28,14 +34,52 @@ def is_console_path(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-def authorized(request: Request, key: str) -> bool:
-    """True when no key is configured, or the request carries it (header or cookie)."""
-    if not key:
-        return True
-    header = request.headers.get("authorization", "").encode()
-    cookie = request.cookies.get(KEY_COOKIE, "").encode()
-    wanted = key.encode()
-    return hmac.compare_digest(header, b"Bearer " + wanted) or hmac.compare_digest(cookie, wanted)
+class Logins:
+    """Login tokens: ``v1.<expiry>.<nonce>.<signature>``, the signature an HMAC under a secret derived
+    from the API key. Nothing in a token tells the key; one stops working when it expires or the key
+    changes.
+
+    :param key: the API key (empty: no login needed).
+    :param lifetime: seconds a login lasts (CONSOLE_SESSION_TTL).
+    """
+
+    def __init__(self, key: str, lifetime: float) -> None:
+        self.key, self.lifetime = key, lifetime
+        self._secret = hmac.new(key.encode(), _LOGIN_CONTEXT, hashlib.sha256).digest()
+
+    def _signature(self, body: str) -> str:
+        mac = hmac.new(self._secret, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+    def issue(self, now: float | None = None) -> str:
+        """A new login token, good for :attr:`lifetime` seconds."""
+        expires = int((time.time() if now is None else now) + self.lifetime)
+        body = f"v1.{expires}.{secrets.token_urlsafe(16)}"
+        return f"{body}.{self._signature(body)}"
+
+    def valid(self, token: str, now: float | None = None) -> bool:
+        """The token was issued under this key and has not expired."""
+        body, _, signature = token.rpartition(".")
+        parts = body.split(".")
+        if len(parts) != 3 or parts[0] != "v1" or not parts[1].isdigit() or len(token) > 200:
+            return False
+        if not hmac.compare_digest(signature.encode(), self._signature(body).encode()):
+            return False
+        return int(parts[1]) > (time.time() if now is None else now)
+
+    def authorized(self, request: Request) -> bool:
+        """True when no key is configured, or the request carries the key (header) or a valid login."""
+        if not self.key:
+            return True
+        header = request.headers.get("authorization", "").encode()
+        if hmac.compare_digest(header, b"Bearer " + self.key.encode()):
+            return True
+        return self.valid(request.cookies.get(LOGIN_COOKIE, ""))
+
+    def remember(self, request: Request, response: Response) -> None:
+        """Set the login cookie: a new token, kept by the browser no longer than it is good."""
+        response.set_cookie(LOGIN_COOKIE, self.issue(), max_age=int(self.lifetime), httponly=True,
+                            samesite="strict", path=PREFIX, secure=request.url.scheme == "https")
 
 
 def is_open(path: str) -> bool:
@@ -75,7 +119,3 @@ class Sessions:
             response.set_cookie(SESSION_COOKIE, fresh, httponly=True, samesite="strict", path=PREFIX,
                                 secure=request.url.scheme == "https")
 
-
-def set_key_cookie(request: Request, response: Response, key: str) -> None:
-    response.set_cookie(KEY_COOKIE, key, httponly=True, samesite="strict", path=PREFIX,
-                        secure=request.url.scheme == "https")

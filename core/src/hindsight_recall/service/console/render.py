@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import classify
-from .auth import Sessions, authorized
+from .auth import Logins, Sessions
 
 log = logging.getLogger("hindsight_recall.console")
 
@@ -65,8 +65,8 @@ ENV.filters.update(segment=segment, ms=_ms, num=_num, bytes=_bytes)
 class Console:
     """What the pages share: the API key (if any) and the form-token sessions."""
 
-    def __init__(self, key: str) -> None:
-        self.key, self.sessions = key, Sessions()
+    def __init__(self, key: str, login_lifetime: float) -> None:
+        self.key, self.sessions, self.logins = key, Sessions(), Logins(key, login_lifetime)
 
     def render(self, request: Request, name: str, status: int = 200, media_type: str = "text/html",
                **context: Any) -> HTMLResponse:
@@ -82,7 +82,7 @@ class Console:
 
         @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:
-            if not open_page and not authorized(request, self.key):
+            if not open_page and not self.logins.authorized(request):
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303, headers=HEADERS)
             if request.method == "POST":

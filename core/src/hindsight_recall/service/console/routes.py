@@ -23,7 +23,7 @@ from ..errors import ServiceError
 from ..memories import date_range
 from ..ops import Admission
 from . import operations as ops
-from .auth import KEY_COOKIE, PREFIX, set_key_cookie
+from .auth import LOGIN_COOKIE, PREFIX
 from .charts import TYPES, ring, stacked_columns
 from .reads import connect, existing
 from .render import HERE, Console, redirect, segment
@@ -39,7 +39,7 @@ MAX_OFFSET = 10_000_000
 
 def routes(settings: Settings) -> list[BaseRoute]:
     key = settings.service_api_key.get_secret_value() if settings.service_api_key else ""
-    console = Console(key)
+    console = Console(key, settings.console_session_ttl)
     p = console.page
 
     async def home(request: Request) -> Response:
@@ -53,14 +53,14 @@ def routes(settings: Settings) -> list[BaseRoute]:
             if not key or hmac.compare_digest(str(form.get("key", "")).encode(), key.encode()):
                 response = redirect(target)
                 if key:
-                    set_key_cookie(request, response, key)
+                    console.logins.remember(request, response)
                 return response
             return console.render(request, "login.html", 401, next=target, failed=True)
         return console.render(request, "login.html", next=target, failed=False)
 
     async def logout(request: Request) -> Response:
         response = redirect(f"{PREFIX}/login")
-        response.delete_cookie(KEY_COOKIE, path=PREFIX)
+        response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
         return response
 
     async def bank_list(request: Request) -> Response:
