@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hindsight_recall.bench.http import main, table
+import pytest
+from hindsight_recall.bench.http import data_dir, main, table
 
 MEMORIES = [
     {"bank": "tiny", "id": "job", "text": "Priya works at Orbital Foods as a pastry chef."},
@@ -19,7 +20,9 @@ QUESTIONS = [
 ]
 
 
-def test_bench_http_on_a_tiny_split(tmp_path: Path) -> None:
+def test_bench_http_on_a_tiny_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the service and the in-process engine open this one data directory
+    monkeypatch.setenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(tmp_path / "pg"))
     data = tmp_path / "split"
     data.mkdir()
     (data / "memories.jsonl").write_text("\n".join(json.dumps(m) for m in MEMORIES) + "\n")
@@ -36,6 +39,21 @@ def test_bench_http_on_a_tiny_split(tmp_path: Path) -> None:
     run = report["systems"]["ours-http"]["throughput"][0]
     assert run["clients"] == 2 and run["recalls"] > 0 and run["errors"] == 0
     assert isinstance(report["http_overhead_ms_p50"], float)
+    assert (tmp_path / "pg" / "PG_VERSION").exists()
+    # CPU per recall: our server process and the database, one at a time and at each concurrency
+    for name in ("ours-http", "ours-inprocess"):
+        cpu = report["systems"][name]["cpu_ms_per_recall"]
+        assert cpu["process_ms"] > 0 and cpu["server_ms"] > 0
+    assert run["cpu_ms_per_recall"]["total_ms"] > 0
+    assert report["cpu_inprocess"]["recalls"] == 3 and report["cpu_inprocess"]["phases"]["parallel_retrieval"]
+    assert report["load_average_before"] and report["load_average_after"]
+
+
+def test_data_dir_is_the_variables_else_the_work_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", raising=False)
+    assert data_dir(tmp_path) == tmp_path / "ours-pg"
+    monkeypatch.setenv("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(tmp_path / "given"))
+    assert data_dir(tmp_path / "work") == (tmp_path / "given").resolve()
 
 
 def test_missing_split_is_a_clear_exit(tmp_path: Path) -> None:
@@ -47,6 +65,9 @@ def test_table_lists_every_system_and_concurrency() -> None:
         "ours-http": {"latency_ms": {"p50": 5.0, "p95": 9.0},
                       "throughput": [{"clients": 8, "per_second": 100.0, "errors": 0}]},
         "ours-inprocess": {"latency_ms": {"p50": 3.8, "p95": 7.0}}}}
+    report["systems"]["ours-http"]["cpu_ms_per_recall"] = {"server_ms": 4.5, "process_ms": 6.0, "total_ms": 10.5}
+    report["load_average_before"] = [5.1, 4.0, 3.2]
     text = table(report)
-    assert "| ours-http | 5.0 | 9.0 | 100.0 (0 err) | - |" in text and "| ours-inprocess | 3.8 | 7.0 | - | - |" in text
-    assert "1.2 ms" in text
+    assert "| ours-http | 5.0 | 9.0 | 6.0 + 4.5 | 100.0 (0 err) | - |" in text
+    assert "| ours-inprocess | 3.8 | 7.0 | - | - | - |" in text
+    assert "1.2 ms" in text and "Load average [5.1, 4.0, 3.2]" in text

@@ -90,6 +90,11 @@ def test_bench_scale_smoke_at_10k(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     mid = size["recall"]["all arms"]["mid"]
     assert mid["n"] == 6 and mid["p50"] > 0 and {"semantic", "keyword"} <= set(mid["arms"])
     assert mid["mean_results"] > 0
+    # CPU per recall: this process and the embedded server, by phase and by arm
+    assert mid["cpu_ms_per_recall"]["process_ms"] > 0 and mid["cpu_ms_per_recall"]["server_ms"] > 0
+    assert mid["cpu"]["recalls"] == 6 and mid["cpu"]["phases"]["parallel_retrieval"]["server"] > 0
+    assert "keyword" in mid["cpu"]["arms"]
+    assert size["load_average_before"] and "CPU per recall holds under load" in result.output
     # no window is passed: the temporal arm runs because the date finder read the questions' dates
     assert "temporal" in mid["arms"]
     reranker = size["reranker"]
@@ -99,6 +104,7 @@ def test_bench_scale_smoke_at_10k(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert (tmp_path / "pg" / "random-cross-encoder" / "config.json").exists()  # built once, kept for reruns
     assert [r["concurrency"] for r in size["concurrency"]] == [1, 2]
     assert all(not r["errors"] for r in size["concurrency"])
+    assert all(r["cpu_ms_per_recall"]["total_ms"] > 0 for r in size["concurrency"])
     assert "| 10k |" in (out / "scale.md").read_text()
     assert (out / "scale.png").exists() == plot
     assert not (tmp_path / "pg" / "scale-10000").exists()  # the size's database is removed

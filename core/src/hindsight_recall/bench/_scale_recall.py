@@ -5,6 +5,7 @@ concurrent recalls, and the default cross-encoder's cost; each question asks the
 from __future__ import annotations
 
 import asyncio
+import functools
 import statistics
 import sys
 import time
@@ -13,7 +14,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..recall import cost
 from ..store import banks
+from ._cpu import PhaseCpu, Stretch, describe
 from .synthetic import BenchQuery
 
 #: bank settings of each measured configuration
@@ -81,7 +84,12 @@ async def configure(engine: Any, bank_ids: list[str], values: dict[str, Any]) ->
 
 
 async def latency(engine: Any, bank_ids: list[str], jobs: list[Job], budgets: list[str],
-                   echo: Callable[[str], None], tag: str) -> dict[str, Any]:
+                   echo: Callable[[str], None], tag: str, postmaster: int | None = None) -> dict[str, Any]:
+    """Per configuration and budget: latency percentiles, phases, and CPU per recall (the whole pass's
+    process and server CPU over its recalls; phases and arms from a third, metered pass).
+
+    :param postmaster: the database server's postmaster pid, to count its CPU (None: not counted).
+    """
     from tqdm import tqdm  # late: only long runs show bars
 
     out: dict[str, Any] = {}
@@ -96,25 +104,32 @@ async def latency(engine: Any, bank_ids: list[str], jobs: list[Job], budgets: li
             results = 0
             bar = tqdm(jobs, desc=f"{label} {budget}", unit="query", disable=not sys.stderr.isatty(),
                        file=sys.stderr)
+            stretch = Stretch(cost.Meter(postmaster))
             for q, bank_id in bar:
                 seconds, body = await recall_once(engine, bank_id, q, budget)
                 totals.append(seconds)
                 by_kind.setdefault(q.kind, []).append(seconds)
                 results += len(body["results"])
+            cpu = stretch.per_recall(len(jobs))
             for q, bank_id in jobs:  # phases from a second, traced pass: the trace's own cost stays out
                 traced = (await recall_once(engine, bank_id, q, budget, trace=True))[1]
                 for name, value in phase_seconds(traced).items():
                     phases.setdefault(name, []).append(value)
                     if name.startswith("retrieval_"):
                         arms.add(name.removeprefix("retrieval_"))
+            metered = PhaseCpu(postmaster)
+            for q, bank_id in jobs:  # the meter's reads stay out of the passes above
+                await metered.recall(functools.partial(recall_once, engine, bank_id, q, budget))
             out[label][budget] = {
                 **percentiles(totals), "arms": sorted(arms), "mean_results": round(results / len(jobs), 1),
                 "by_kind": {k: percentiles(v) for k, v in by_kind.items()},
                 "phases": {k: percentiles(v) for k, v in phases.items()},
+                "cpu_ms_per_recall": cpu, "cpu": metered.summary(),
             }
             row = out[label][budget]
             echo(f"{tag} {label:18s} {budget:4s} p50 {row['p50']:7.1f} ms  p95 {row['p95']:7.1f} ms  "
-                 f"p99 {row['p99']:7.1f} ms  arms: {', '.join(row['arms'])}")
+                 f"p99 {row['p99']:7.1f} ms  CPU/recall {_cpu_line(cpu)}  arms: {', '.join(row['arms'])}")
+            echo("\n".join(f"{tag}   {line}" for line in describe(row["cpu"]).splitlines()))
     await configure(engine, bank_ids, CONFIGS["all arms"])
     return out
 
@@ -130,23 +145,30 @@ async def _worker(engine: Any, jobs: Iterator[Job], latencies: list[float],
 
 
 async def concurrency(engine: Any, jobs: list[Job], levels: list[int],
-                       echo: Callable[[str], None], tag: str) -> list[dict[str, Any]]:
+                       echo: Callable[[str], None], tag: str, postmaster: int | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for level in levels:
         queue = iter([jobs[i % len(jobs)] for i in range(max(len(jobs), 4 * level))])
         latencies: list[float] = []
         errors: Counter[str] = Counter()
+        stretch = Stretch(cost.Meter(postmaster))
         started = time.perf_counter()
         await asyncio.gather(*(_worker(engine, queue, latencies, errors) for _ in range(level)))
         wall = time.perf_counter() - started
         row = {"concurrency": level, "requests": len(latencies) + sum(errors.values()),
                "throughput_per_s": round(len(latencies) / wall, 2), **percentiles(latencies),
-               "errors": dict(errors)}
+               "errors": dict(errors), "cpu_ms_per_recall": stretch.per_recall(len(latencies))}
         rows.append(row)
         echo(f"{tag} concurrency {level:3d}: {row['throughput_per_s']:6.1f} recalls/s, "
              f"p50 {row['p50']:.1f} ms, "
-             f"p95 {row['p95']:.1f} ms, {sum(errors.values())} errors")
+             f"p95 {row['p95']:.1f} ms, {sum(errors.values())} errors, "
+             f"CPU/recall {_cpu_line(row['cpu_ms_per_recall'])}")
     return rows
+
+
+def _cpu_line(cpu: dict[str, float]) -> str:
+    return " + ".join(f"{k.removesuffix('_ms')} {v:.1f}" for k, v in cpu.items() if k != "total_ms") \
+        + f" = {cpu['total_ms']:.1f} ms"
 
 
 async def rerank_cost(engine: Any, bank_ids: list[str], jobs: list[Job], base: Path,

@@ -11,16 +11,21 @@ by the same client, beside an in-process recall on the same database.
 3. times every question on every system one at a time, a block at a time, the order of the systems
    flipping per block; then the throughput of each HTTP system at each ``--concurrency``, counting
    errors;
-4. prints the table and writes ``http.json``: latency percentiles, the HTTP layer's cost (our HTTP
-   p50 minus our in-process p50), throughput and errors per concurrency.
+4. measures what a recall costs in CPU: each system's server process and PostgreSQL server (one at
+   a time and during each throughput run), and our in-process recall per phase and per arm;
+5. prints the table and writes ``http.json``: latency percentiles, the HTTP layer's cost (our HTTP
+   p50 minus our in-process p50), throughput, errors and CPU per recall per concurrency.
 
-Run it on an otherwise idle machine: under load the numbers say nothing.
+Our service and the in-process engine share one database: ``HINDSIGHT_API_EMBEDDED_DATA_DIR`` when
+set, else a folder in the work directory. Run it on an otherwise idle machine: under load the timings
+say nothing (CPU per recall still does).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -31,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ..recall.cost import Meter
+from ._cpu import PhaseCpu, Stretch, describe, load_average, postmaster_of_data_dir
 from .upstream import (
     alternate,
     ensure_upstream,
@@ -59,9 +66,11 @@ async def recall_http(client: Any, q: dict[str, Any]) -> list[str]:
 
 
 async def throughput(recaller: Recaller, questions: list[dict[str, Any]], clients: int,
-                     seconds: float) -> dict[str, Any]:
-    """``clients`` callers looping over the questions for ``seconds``; recalls per second and errors."""
+                     seconds: float, meter: Meter | None = None) -> dict[str, Any]:
+    """``clients`` callers looping over the questions for ``seconds``; recalls per second, errors and,
+    with a ``meter`` (the system's server process and database), CPU milliseconds per recall."""
     done, errors = 0, 0
+    stretch = Stretch(meter) if meter is not None else None
     deadline = time.perf_counter() + seconds
 
     async def caller(offset: int) -> None:
@@ -78,14 +87,25 @@ async def throughput(recaller: Recaller, questions: list[dict[str, Any]], client
     started = time.perf_counter()
     await asyncio.gather(*(caller(k) for k in range(clients)))
     elapsed = time.perf_counter() - started
-    return {"clients": clients, "recalls": done, "errors": errors, "per_second": round(done / elapsed, 1)}
+    out: dict[str, Any] = {"clients": clients, "recalls": done, "errors": errors,
+                           "per_second": round(done / elapsed, 1)}
+    if stretch is not None:
+        out["cpu_ms_per_recall"] = stretch.per_recall(done)
+    return out
 
 
-def start_ours(work: Path, port: int, log: Any) -> subprocess.Popen[bytes]:
-    """``hindsight-recall serve`` on 127.0.0.1:``port`` with its embedded server in ``work``."""
+def data_dir(work: Path) -> Path:
+    """Where our service's embedded server keeps its data, which the in-process engine opens too:
+    ``HINDSIGHT_API_EMBEDDED_DATA_DIR`` when set, else ``ours-pg`` in the work folder."""
+    given = os.environ.get("HINDSIGHT_API_EMBEDDED_DATA_DIR")
+    return Path(given).expanduser().resolve() if given else work / "ours-pg"
+
+
+def start_ours(data: Path, port: int, log: Any) -> subprocess.Popen[bytes]:
+    """``hindsight-recall serve`` on 127.0.0.1:``port`` with its embedded server in ``data``."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HINDSIGHT_API_PORT": str(port),
-           "HINDSIGHT_API_HOST": "127.0.0.1", "HINDSIGHT_API_SERVICE_ACCESS_LOG": "off"}
-    env.setdefault("HINDSIGHT_API_EMBEDDED_DATA_DIR", str(work / "ours-pg"))
+           "HINDSIGHT_API_HOST": "127.0.0.1", "HINDSIGHT_API_SERVICE_ACCESS_LOG": "off",
+           "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data)}
     env.setdefault("HINDSIGHT_API_RERANKER_PROVIDER", "rrf")
     return subprocess.Popen([sys.executable, "-m", "hindsight_recall.cli", "serve"], env=env, stdout=log,
                             stderr=subprocess.STDOUT)
@@ -122,25 +142,31 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
     args.out.mkdir(parents=True, exist_ok=True)
     servers: list[subprocess.Popen[bytes]] = []
     report: dict[str, Any] = {"questions": len(questions), "memories": sum(map(len, banks.values())),
-                              "concurrency": args.concurrency, "systems": {}}
+                              "concurrency": args.concurrency, "systems": {}, "load_average_before": load_average()}
+    meters: dict[str, Meter] = {}
     port = free_port()
-    servers.append(start_ours(work, port, (args.out / "ours-server.log").open("w")))
+    data = data_dir(work)
+    servers.append(start_ours(data, port, (args.out / "ours-server.log").open("w")))
     limits = httpx.Limits(max_connections=max(args.concurrency) + 4)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=300, limits=limits) as ours:
             report["systems"]["ours-http"] = {"ready_seconds": await wait_ready(ours, servers[0], "/health/ready")}
             objects = [{**o, "bank": bank} for bank, objs in banks.items() for o in objs]
             (await ours.post("/v1/default/memories/import", json={"memories": objects})).raise_for_status()
-            settings = load_settings(embedded_data_dir=work / "ours-pg", reranker_provider="rrf")
+            settings = load_settings(embedded_data_dir=data, reranker_provider="rrf")
             async with Engine(settings) as engine:
                 recallers: dict[str, Recaller] = {
                     "ours-http": lambda q: recall_http(ours, q),
                     "ours-inprocess": lambda q: recall_ours(engine, q),
                 }
+                postmaster = postmaster_of_data_dir(data)
+                meters["ours-http"] = Meter(postmaster, process=servers[0].pid)
+                meters["ours-inprocess"] = Meter(postmaster)
+                report["cpu_inprocess"] = await _phase_cpu(engine, questions, postmaster, echo)
                 if args.upstream_venv:
-                    await _with_upstream(args, work, servers, questions, banks, recallers, report, echo)
+                    await _with_upstream(args, work, servers, questions, banks, recallers, report, echo, meters)
                 else:
-                    await _measure(args, questions, recallers, report, echo)
+                    await _measure(args, questions, recallers, report, echo, meters)
     finally:
         for server in servers:
             server.terminate()
@@ -148,6 +174,7 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
                 server.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 server.kill()
+    report["load_average_after"] = load_average()
     (args.out / "http.json").write_text(json.dumps(report, indent=2))
     echo(table(report))
     echo(f"wrote {args.out / 'http.json'}")
@@ -157,7 +184,7 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
 async def _with_upstream(args: argparse.Namespace, work: Path, servers: list[subprocess.Popen[bytes]],
                          questions: list[dict[str, Any]], banks: dict[str, list[dict[str, Any]]],
                          recallers: dict[str, Recaller], report: dict[str, Any],
-                         echo: Callable[[str], None]) -> None:
+                         echo: Callable[[str], None], meters: dict[str, Meter]) -> None:
     """Add upstream's server (on its own PostgreSQL) to the recallers, then measure everything."""
     import httpx
 
@@ -172,34 +199,59 @@ async def _with_upstream(args: argparse.Namespace, work: Path, servers: list[sub
             report["systems"]["upstream-http"] = {"ready_seconds": await wait_ready(theirs, servers[-1], "/health")}
             await retain_upstream(theirs, banks)
             recallers["upstream-http"] = lambda q: recall_upstream(theirs, q)
-            await _measure(args, questions, recallers, report, echo)
+            meters["upstream-http"] = Meter(postmaster_of_data_dir(work / "upstream-pg"), process=servers[-1].pid)
+            await _measure(args, questions, recallers, report, echo, meters)
+
+
+async def _phase_cpu(engine: Any, questions: list[dict[str, Any]], postmaster: int | None,
+                     echo: Callable[[str], None]) -> dict[str, Any]:
+    """Our in-process recall's CPU per recall, per phase and per arm, one question at a time."""
+    metered = PhaseCpu(postmaster)
+    for q in questions:
+        await metered.recall(functools.partial(recall_ours, engine, q))
+    summary = metered.summary()
+    echo(describe(summary))
+    return summary
 
 
 async def _measure(args: argparse.Namespace, questions: list[dict[str, Any]], recallers: dict[str, Recaller],
-                   report: dict[str, Any], echo: Callable[[str], None]) -> None:
+                   report: dict[str, Any], echo: Callable[[str], None], meters: dict[str, Meter]) -> None:
     latencies, _ = await alternate(recallers, questions, args.rounds, args.block, echo)
     for name, values in latencies.items():
         entry = report["systems"].setdefault(name, {})
         entry["latency_ms"] = percentiles(values)  # already in milliseconds
+    for name, recaller in recallers.items():  # one at a time, each system alone: its CPU per recall
+        stretch = Stretch(meters[name])
+        for q in questions:
+            await recaller(q)
+        entry = report["systems"][name]
+        entry["cpu_ms_per_recall"] = stretch.per_recall(len(questions))
+        echo(f"{name} one at a time: CPU ms per recall {entry['cpu_ms_per_recall']}")
     report["http_overhead_ms_p50"] = round(report["systems"]["ours-http"]["latency_ms"]["p50"]
                                            - report["systems"]["ours-inprocess"]["latency_ms"]["p50"], 2)
     for clients in args.concurrency:
         for name, recaller in recallers.items():
             if name.endswith("-http"):
-                got = await throughput(recaller, questions, clients, args.seconds)
+                got = await throughput(recaller, questions, clients, args.seconds, meters.get(name))
                 report["systems"][name].setdefault("throughput", []).append(got)
                 echo(f"{name} at {clients} clients: {got['per_second']} recalls/s, {got['errors']} errors")
 
 
 def table(report: dict[str, Any]) -> str:
     """The systems side by side as a markdown table."""
-    rows = ["| system | p50 ms | p95 ms | " + " | ".join(f"recalls/s at {c}" for c in report["concurrency"]) + " |",
-            "|---|---:|---:|" + "---:|" * len(report["concurrency"])]
+    rows = ["| system | p50 ms | p95 ms | CPU ms/recall (server + database) | "
+            + " | ".join(f"recalls/s at {c}" for c in report["concurrency"]) + " |",
+            "|---|---:|---:|---:|" + "---:|" * len(report["concurrency"])]
     for name, entry in report["systems"].items():
         rates = {t["clients"]: f"{t['per_second']} ({t['errors']} err)" for t in entry.get("throughput", [])}
-        rows.append(f"| {name} | {entry['latency_ms']['p50']} | {entry['latency_ms']['p95']} | "
+        cpu = entry.get("cpu_ms_per_recall")
+        spent = f"{cpu.get('process_ms', 0)} + {cpu.get('server_ms', '-')}" if cpu else "-"
+        rows.append(f"| {name} | {entry['latency_ms']['p50']} | {entry['latency_ms']['p95']} | {spent} | "
                     + " | ".join(rates.get(c, "-") for c in report["concurrency"]) + " |")
     rows.append(f"\nHTTP layer (ours, p50 over HTTP minus in-process): {report['http_overhead_ms_p50']} ms")
+    if "load_average_before" in report:
+        rows.append(f"Load average {report['load_average_before']}: timings need an idle machine, CPU per recall "
+                    "does not")
     return "\n".join(rows)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import text
 
 from . import _scale_recall as timed
+from ._cpu import postmaster as postmaster_of
 from ._scale_banks import bench_engine, check_database_url, round_robin, run_prefix, share_on_disk, spread
 from ._scale_recall import CONFIGS, WARMUP, QueryVectors, percentiles, phase_seconds
 from .synthetic import BenchQuery, generate, queries
@@ -246,8 +247,10 @@ async def _measure(engine: Any, bank_ids: list[str], qs: list[BenchQuery], optio
         await timed.recall_once(engine, bank_id, q, "mid")
     # other work on the machine skews latency: record how busy it was around the measurement
     result["load_average_before"] = [round(x, 2) for x in os.getloadavg()]
-    result["recall"] = await timed.latency(engine, bank_ids, jobs, options.budgets, echo, tag)
-    result["concurrency"] = await timed.concurrency(engine, jobs, options.concurrency, echo, tag)
+    echo(f"{tag} load average {result['load_average_before']}: CPU per recall holds under load, latency does not")
+    postmaster = await postmaster_of(engine)  # its CPU is counted when the server runs here
+    result["recall"] = await timed.latency(engine, bank_ids, jobs, options.budgets, echo, tag, postmaster)
+    result["concurrency"] = await timed.concurrency(engine, jobs, options.concurrency, echo, tag, postmaster)
     if options.reranker:
         result["reranker"] = await timed.rerank_cost(engine, bank_ids, jobs, base, echo, tag)
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]

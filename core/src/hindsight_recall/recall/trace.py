@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from . import cost
+
 #: Phases that overlap others; they are reported but not part of the additive total.
 DIAGNOSTIC_PREFIXES = ("retrieval_", "semaphore_wait", "connection_wait")
 
@@ -24,18 +26,27 @@ class Trace:
         self.finished: float | None = None
         self.phases: list[dict[str, Any]] = []
         self.sections: dict[str, Any] = {}
+        self.meter = cost.meter.get()  # a benchmark's: each phase's CPU seconds too
 
     @contextmanager
     def phase(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
         """Time a phase; the yielded dict collects its details."""
+        clocks = self.meter.clocks() if self.meter is not None else None
         start = time.perf_counter()
         try:
             yield details
         finally:
-            self.add(name, time.perf_counter() - start, details)
+            duration = time.perf_counter() - start
+            cpu = self.meter.since(clocks) if self.meter is not None and clocks is not None else None
+            self.add(name, duration, details, cpu)
 
-    def add(self, name: str, duration: float, details: dict[str, Any] | None = None) -> None:
-        self.phases.append({"phase_name": name, "duration_seconds": round(duration, 6), "details": details or {}})
+    def add(self, name: str, duration: float, details: dict[str, Any] | None = None,
+            cpu: dict[str, float] | None = None) -> None:
+        """Record a phase; ``cpu``: CPU seconds per clock, when a benchmark meters the recall."""
+        entry = {"phase_name": name, "duration_seconds": round(duration, 6), "details": details or {}}
+        if cpu is not None:
+            entry["cpu_seconds"] = cpu
+        self.phases.append(entry)
 
     def finish(self) -> None:
         """Stop the clock: what follows (assembling JSON) is not part of the measured recall."""

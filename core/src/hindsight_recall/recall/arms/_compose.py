@@ -19,6 +19,7 @@ from sqlalchemy import text
 from ...protocols import ArmStatement as ArmStatement  # re-exported: the arms import it from here
 from ...protocols import RetrievalContext, with_ctes
 from ...types import ArmResult, Hit
+from .. import cost
 from ._ann import AnnSettings
 from ._rows import row_reader
 
@@ -57,15 +58,17 @@ async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement]
     wanted = {k: v for st in statements for k, v in st.ann.items()}
     timeouts = [st.timeout for st in statements if st.timeout is not None]
     timeout = min(timeouts) if timeouts else None
+    label = "+".join(st.arm for st in statements)  # what a benchmark's CPU meter charges
     # a CTE no sub-select of a statement names is never run: each statement may carry them all
     ran = await asyncio.gather(*(_run(ctx, with_ctes(ctes, " UNION ALL ".join(
-        f"(SELECT {i} AS arm_index, q.* FROM {sub} AS q)" for i, sub in group)), params, wanted, ann, timeout)
+        f"(SELECT {i} AS arm_index, q.* FROM {sub} AS q)" for i, sub in group)), params, wanted, ann, timeout, label)
         for group in groups))
     hits: dict[tuple[int, str], list[Hit]] = {(i, ft): [] for i in range(len(statements)) for ft in ctx.fact_types}
-    for keys, rows, _ in ran:
-        read, at_type = row_reader(keys), keys.index("fact_type")
-        for row in rows:
-            hits[(row[0], row[at_type])].append(Hit(read(row), float(row[-1])))
+    with cost.python(label):
+        for keys, rows, _ in ran:
+            read, at_type = row_reader(keys), keys.index("fact_type")
+            for row in rows:
+                hits[(row[0], row[at_type])].append(Hit(read(row), float(row[-1])))
     duration = max(seconds for _, _, seconds in ran)
     return [ArmResult(st.arm, ft, hits[(i, ft)], duration) for i, st in enumerate(statements) for ft in ctx.fact_types]
 
@@ -81,14 +84,15 @@ def _by_fact_type(statements: Sequence[ArmStatement], types: int) -> list[list[t
 
 
 async def _run(ctx: RetrievalContext, sql: str, params: dict[str, Any], wanted: dict[str, str],
-               ann: AnnSettings, timeout: float | None) -> tuple[tuple[str, ...], Sequence[Any], float]:
+               ann: AnnSettings, timeout: float | None, label: str) -> tuple[tuple[str, ...], Sequence[Any], float]:
     async with ctx.db.connect() as conn:
         # the clock starts once a connection is held: waiting for one is not the arms' work
         async with asyncio.timeout(timeout):
             if wanted:
                 await ann.apply(conn, wanted)
             started = time.perf_counter()
-            result = await conn.execute(text(sql), params)
-            keys = tuple(result.keys())
-            rows = result.all()
+            async with cost.statement(conn, label):
+                result = await conn.execute(text(sql), params)
+                keys = tuple(result.keys())
+                rows = result.all()
             return keys, rows, time.perf_counter() - started

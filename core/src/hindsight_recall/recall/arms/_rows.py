@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ...protocols import RetrievalContext
 from ...store.schema import ARM_COLUMNS
 from ...types import ArmResult, Hit, MemoryRow
+from .. import cost
 
 #: the columns arms read: what ranking needs, not what the answer shows (see :func:`row_from`)
 COLUMNS = ARM_COLUMNS
@@ -104,12 +105,14 @@ async def run_union(
 ) -> list[ArmResult]:
     """Run one UNION ALL of per-fact-type sub-selects and split the rows by fact type."""
     started = time.perf_counter()
-    result = await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))
-    keys = tuple(result.keys())
-    rows = result.all()
+    async with cost.statement(conn, arm):
+        result = await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))
+        keys = tuple(result.keys())
+        rows = result.all()
     duration = time.perf_counter() - started
     read, at_type, at_score = row_reader(keys), keys.index("fact_type"), keys.index(score_column)
     by_type: dict[str, list[Hit]] = {ft: [] for ft in ctx.fact_types}
-    for r in rows:
-        by_type[r[at_type]].append(Hit(read(r), float(r[at_score])))
+    with cost.python(arm):
+        for r in rows:
+            by_type[r[at_type]].append(Hit(read(r), float(r[at_score])))
     return [ArmResult(arm, ft, hits, duration) for ft, hits in by_type.items()]

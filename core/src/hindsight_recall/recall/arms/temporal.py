@@ -35,6 +35,7 @@ from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...store.schema import OCCURRED_RANGE
 from ...types import ArmResult, Hit, MemoryRow, TimeWindow
+from .. import cost
 from ..budget import scaled
 from ._ann import AnnSettings, hnsw_settings
 from ._rows import COLUMNS, DISTANCE, base_params, nearest_sql, row_reader, run_union, where_for
@@ -257,18 +258,21 @@ class TemporalRetriever:
             batches = {s.fact_type: s.next_batch() for s in active}
             parents = [parent for batch in batches.values() for parent in batch]
             kinds = [ft for ft, batch in batches.items() for _ in batch]
-            result = await conn.execute(sql, {
-                **params, "frontier": parents, "kinds": kinds, "visited": list(visited),
-                "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT, "per_side": NEIGHBOURS_PER_SIDE,
-                "hours": NEIGHBOUR_HOURS,
-            })
-            read = row_reader(tuple(result.keys()))
-            rows = [(read(r), r._mapping) for r in result.all()]
-            by_type: dict[str, list[Any]] = {ft: [] for ft in batches}
-            for row, m in rows:
-                by_type[row.fact_type].append((row, m))
-            for state in active:
-                visited.update(state.absorb(by_type[state.fact_type], batches[state.fact_type], ctx.window))
+            async with cost.statement(conn, self.name):
+                result = await conn.execute(sql, {
+                    **params, "frontier": parents, "kinds": kinds, "visited": list(visited),
+                    "per_node": LINKS_PER_NODE, "min_weight": MIN_LINK_WEIGHT, "per_side": NEIGHBOURS_PER_SIDE,
+                    "hours": NEIGHBOUR_HOURS,
+                })
+                fetched = result.all()
+            with cost.python(self.name):
+                read = row_reader(tuple(result.keys()))
+                rows = [(read(r), r._mapping) for r in fetched]
+                by_type: dict[str, list[Any]] = {ft: [] for ft in batches}
+                for row, m in rows:
+                    by_type[row.fact_type].append((row, m))
+                for state in active:
+                    visited.update(state.absorb(by_type[state.fact_type], batches[state.fact_type], ctx.window))
 
 
 async def window_holds_memories(ctx: RetrievalContext) -> bool:
