@@ -163,6 +163,37 @@ def run_against_upstream(session: nox.Session, module: str) -> None:
                 env=OFFLINE)
 
 
+#: kill -9 trials of ``nox -s faults`` unless HINDSIGHT_FAULT_TRIALS says (tests(all) runs one per write path)
+FAULT_TRIALS = "200"
+
+
+@nox.session(python="3.11", default=False)
+def faults(session: nox.Session) -> None:
+    """kill -9 at seeded points of every write path, 200 times (HINDSIGHT_FAULT_TRIALS, _SEED), summed up."""
+    import collections
+    import json
+
+    install(session, *TEST_DEPS)
+    report = os.path.join(session.create_tmp(), "faults.jsonl")
+    if os.path.exists(report):
+        os.remove(report)
+    env = {**OFFLINE, "HINDSIGHT_FAULT_TRIALS": os.environ.get("HINDSIGHT_FAULT_TRIALS", FAULT_TRIALS),
+           "HINDSIGHT_FAULT_SEED": os.environ.get("HINDSIGHT_FAULT_SEED", "37"), "HINDSIGHT_FAULT_REPORT": report}
+    try:
+        session.run("pytest", "tests/test_faults.py", "-k", "kill_9 or two_transactions", "-q", *session.posargs,
+                    env=env)
+    finally:
+        if os.path.exists(report):
+            with open(report) as handle:
+                trials = [json.loads(line) for line in handle]
+            counts = collections.Counter((t["path"], "acknowledged" if t["acked"] else "killed", t["outcome"])
+                                         for t in trials)
+            for (path, acked, outcome), n in sorted(counts.items()):
+                session.log(f"{path:16} {acked:12} {outcome:5} {n}")
+            half = sum(n for (_, _, outcome), n in counts.items() if outcome == "half")
+            session.log(f"{len(trials)} trials, {half} half-written")
+
+
 @nox.session(python="3.11", default=False)
 def bench_http(session: nox.Session) -> None:
     """Recall over HTTP: our service beside an in-process engine, and upstream's server (installed from PyPI)."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,157 @@ async def test_a_full_disk_and_a_read_only_data_dir_are_database_errors_saying_w
     with pytest.raises(DatabaseError, match=r"Read-only file system.*HINDSIGHT_API_EMBEDDED_DATA_DIR to a writable"):
         async with Engine(settings):
             pass
+
+
+# ---- kill -9 in the middle of every write path ------------------------------------------------------------
+
+#: trials in this run: one per write path unless HINDSIGHT_FAULT_TRIALS says (``nox -s faults``: 200)
+FAULT_TRIALS = int(os.environ.get("HINDSIGHT_FAULT_TRIALS") or 0)
+FAULT_SEED = int(os.environ.get("HINDSIGHT_FAULT_SEED") or 37)
+
+
+def _plan() -> list[tuple[str, int]]:
+    """(write path, seed of its kill point) per trial: the paths in turn, the kill points seeded."""
+    import random
+
+    from hindsight_recall.testing.faults import PATHS
+
+    rng = random.Random(FAULT_SEED)
+    names = sorted(PATHS)
+    return [(names[i % len(names)], rng.randrange(1 << 30)) for i in range(FAULT_TRIALS or len(names))]
+
+
+@pytest.fixture(scope="module")
+def fault_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("faults")
+    work.chmod(0o755)
+    return work
+
+
+#: write path -> (statements a full run took, its state after): measured once per run on a twin bank
+_REFERENCE: dict[str, tuple[int, Any]] = {}
+
+
+async def _state(engine: Engine, banks: list[str]) -> Any:
+    from hindsight_recall.testing.faults import state
+
+    async with engine.db.connect() as conn:
+        return await state(conn, banks)
+
+
+async def _reference(engine: Engine, name: str, work: Path) -> tuple[int, Any]:
+    from hindsight_recall.testing.faults import PATHS, count_statements
+
+    if name not in _REFERENCE:
+        path, bank = PATHS[name], f"fault-ref-{uuid.uuid4().hex[:10]}"
+        params = await path.setup(engine, bank, work)
+        seen = [0]
+        stop = count_statements(engine, None, seen)
+        try:
+            await path.write(engine, bank, params)
+        finally:
+            stop()
+        _REFERENCE[name] = (seen[0], await _state(engine, path.banks(bank, params)))
+    return _REFERENCE[name]
+
+
+async def _gone(engine: Engine, application: str) -> None:
+    """Wait until the killed driver's server sessions have ended (a statement in flight runs on until it
+    notices its client is gone; its locks go with it)."""
+    deadline = time.monotonic() + 60
+    while True:
+        async with engine.db.connect() as conn:
+            left = await conn.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a"),
+                                     {"a": application})
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"{left} sessions of {application} still run"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("trial", range(len(_plan())))
+async def test_kill_9_mid_write_leaves_it_whole_or_absent(engine: Engine, fault_work: Path, trial: int) -> None:
+    """A driver process runs the write and SIGKILLs itself before a seeded statement or commit: the bank
+    is then as before or as after a full run (after, if the write was acknowledged), with nothing left
+    behind; a queued retain, acknowledged when queued, is whole once the queue has run it again."""
+    import json
+    import random
+
+    from hindsight_recall.testing.faults import PATHS
+    from hindsight_recall.testing.snapshot import orphans
+
+    name, seed = _plan()[trial]
+    path = PATHS[name]
+    statements, new = await _reference(engine, name, fault_work)
+    kill_at = random.Random(seed).randint(1, statements + 2)
+    bank = f"fault-{trial}-{uuid.uuid4().hex[:8]}"
+    params = await path.setup(engine, bank, fault_work)
+    banks = path.banks(bank, params)
+    old = await _state(engine, banks)
+    application = f"fault-{bank}"
+    url = engine.db.url + ("&" if "?" in engine.db.url else "?") + f"application_name={application}"
+    spec = {"path": name, "url": url, "bank": bank, "params": params, "kill_at": kill_at}
+    driver = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hindsight_recall.testing.faults", json.dumps(spec),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    out, err = await asyncio.wait_for(driver.communicate(), 600)
+    acked = b'"ack": true' in out
+    assert driver.returncode in (0, -signal.SIGKILL), err.decode()[-3000:]
+    assert acked == (driver.returncode == 0), (out, err.decode()[-3000:])
+    await _gone(engine, application)
+    after = await _state(engine, banks)
+    where = f"{name}, killed before statement {kill_at} of {statements}, acknowledged: {acked}"
+    # a queued retain commits whole documents one chunk at a time: meanwhile each document is all old or all new
+    documents_whole = path.finish is not None and all(
+        after.get(key) in (old.get(key), new.get(key)) for key in set(old) | set(new) | set(after))
+    outcome = ("new" if after == new else "old" if after == old else "whole documents" if documents_whole
+               else "half")
+    _report(trial=trial, path=name, kill_at=kill_at, statements=statements, acked=acked, outcome=outcome)
+    assert outcome != "half", where
+    assert outcome == "new" or not acked, where
+    if path.finish is not None:  # acknowledged when it was queued: the queue finishes it after the restart
+        await path.finish(engine, bank, params)
+        assert await _state(engine, banks) == new, where
+    async with engine.db.connect() as conn:
+        assert await orphans(conn, banks) == [], where
+    for each in banks:
+        await engine.delete_bank(each)
+
+
+def _report(**trial: Any) -> None:
+    """One JSON line per trial to HINDSIGHT_FAULT_REPORT, when set (``nox -s faults`` sums them up)."""
+    import json
+
+    target = os.environ.get("HINDSIGHT_FAULT_REPORT")
+    if target:
+        with open(target, "a") as handle:
+            handle.write(json.dumps(trial) + "\n")
+
+
+async def test_the_kill_test_sees_a_write_made_in_two_transactions(engine: Engine, fault_work: Path) -> None:
+    """The check is not blind: a replace written as a retain and then a forget (two transactions, as the
+    HTTP route once did), killed between them, is caught half written."""
+    import json
+
+    from hindsight_recall.testing.faults import PATHS, TWO_STEP_REPLACE, count_statements
+
+    bank, twin = (f"fault-two-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for each in (bank, twin):
+        await PATHS["replace"].setup(engine, each, fault_work)
+    seen = [0]
+    stop = count_statements(engine, None, seen)
+    await engine.retain(twin, *TWO_STEP_REPLACE.first(twin))  # the first transaction alone
+    stop()
+    old, half = await _state(engine, [bank]), await _state(engine, [twin])
+    application = f"fault-{bank}"
+    spec = {"path": "two_step_replace", "url": engine.db.url + ("&" if "?" in engine.db.url else "?") +
+            f"application_name={application}", "bank": bank, "params": {}, "kill_at": seen[0] + 1}
+    driver = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hindsight_recall.testing.faults", json.dumps(spec), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    await asyncio.wait_for(driver.communicate(), 600)
+    assert driver.returncode == -signal.SIGKILL
+    await _gone(engine, application)
+    after = await _state(engine, [bank])
+    assert after != old and after == half  # new memories and stale ones side by side
