@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hindsight_recall import Engine, InvalidRequest
@@ -120,6 +121,37 @@ def test_cheap_commands_do_not_import_the_model_stack(args: list[str]) -> None:
     assert json.loads(result.stderr.strip().splitlines()[-1]) == []
 
 
+def test_a_new_process_recalls_without_the_date_finder_or_a_new_calibration(cli_dir: Path, tmp_path: Path) -> None:
+    """A one-shot recall whose date the rules read leaves the date finder unloaded, and the floors'
+    calibration is computed by the first process only: later ones read it from disk."""
+    memories = tmp_path / "m.jsonl"
+    memories.write_text(json.dumps({"id": "hike", "text": "Tomasz hiked in the Tatras.",
+                                    "occurred_at": "2024-04-10T00:00:00Z"}) + "\n")
+    assert cli("retain", str(memories), "--bank", "fresh-process", data_dir=cli_dir).returncode == 0
+    script = (
+        "import json, sys\n"
+        "from hindsight_recall.recall import floors\n"
+        "calls = []\n"
+        "computed = floors.calibrate\n"
+        "async def counted(*args, **kwargs):\n"
+        "    calls.append(1)\n"
+        "    return await computed(*args, **kwargs)\n"
+        "floors.calibrate = counted\n"
+        "from hindsight_recall.cli import main\n"
+        "main(['recall', 'What did Tomasz do last spring?', '--bank', 'fresh-process', '--query-timestamp',\n"
+        "      '2024-06-01T00:00:00Z'], standalone_mode=False)\n"
+        "print(json.dumps({'dateparser': 'dateparser' in sys.modules, 'calibrations': len(calls)}), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "HINDSIGHT_API_EMBEDDED_DATA_DIR": str(cli_dir), "HINDSIGHT_API_RERANKER_PROVIDER": "rrf"}
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0 and "hike" in done.stdout, done.stderr
+        runs.append(json.loads(done.stderr.strip().splitlines()[-1]))
+    assert [r["dateparser"] for r in runs] == [False, False]
+    assert runs[0]["calibrations"] <= 1 and runs[1]["calibrations"] == 0
+
+
 async def test_library_limit_is_top_k_after_packing(engine: Engine, alice: str) -> None:
     query = "Where does Alice work?"
     every = await engine.recall(alice, query, max_tokens=4096)
@@ -154,3 +186,19 @@ def test_missing_plugin_says_how_to_install_it_from_the_repository(kind: str, fo
         get_plugin_manager(load_entry_points=False).get(kind, "nope")
     assert f"pip install -e {folder}/nope" in str(err.value)
     assert f"#subdirectory={folder}/nope" in str(err.value)
+
+
+@pytest.mark.parametrize("long_lived", [False, True])
+async def test_only_a_long_lived_command_warms_the_date_finder(long_lived: bool, make_settings: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from hindsight_recall import cli_engine
+    from hindsight_recall import engine as engine_module
+
+    warmed: list[bool] = []
+    monkeypatch.setattr(engine_module, "warm_date_parser", lambda: warmed.append(True))
+    monkeypatch.setattr(engine_module, "load_settings", lambda: make_settings())
+    engine = cli_engine.open_engine(long_lived=long_lived)
+    async with engine:
+        assert warmed == ([True] if long_lived else [])
+    async with Engine(make_settings()):  # a library's engine, as the service's, warms it
+        assert warmed[-1:] == [True]

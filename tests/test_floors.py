@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +18,11 @@ from hindsight_recall.recall.floors import (
     calibrate,
     calibrated_settings,
     carry,
+    load,
     model_identity,
     percentiles,
     same_scale,
+    stored_path,
     unrelated_similarities,
 )
 from hindsight_recall.settings import Settings
@@ -101,8 +105,8 @@ async def test_a_model_that_finds_everything_similar_gets_higher_floors(make_set
     assert moved.semantic_min_similarity > 0.5
 
 
-async def test_calibrations_are_kept_per_model(make_settings: Callable[..., Settings]) -> None:
-    s = make_settings()
+async def test_calibrations_are_kept_per_model(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    s = make_settings(embeddings_onnx_cache_dir=tmp_path)
     kept = Calibrations()
     embedder = Offset(shared=0.5)
     first = await kept.get(embedder, s)
@@ -110,6 +114,52 @@ async def test_calibrations_are_kept_per_model(make_settings: Callable[..., Sett
     assert embedder.calls == 2  # queries and passages, once
     other = await kept.get(Offset(shared=2.0), s)
     assert other.model != first.model and other.at(0.5) > first.at(0.5)
+
+
+async def test_a_calibration_is_stored_once_and_read_by_a_new_process(make_settings: Callable[..., Settings],
+                                                                      tmp_path: Path) -> None:
+    s = make_settings(embeddings_onnx_cache_dir=tmp_path)
+    first = await Calibrations().get(Offset(shared=0.5), s)
+    (stored,) = (tmp_path / "floors").glob("*.json")
+    assert json.loads(stored.read_text())["model"] == first.model
+    again = Offset(shared=0.5)
+    assert await Calibrations().get(again, s) == first and again.calls == 0  # read, not embedded
+    assert not list((tmp_path / "floors").glob("*.part"))
+
+
+async def test_a_stored_calibration_is_not_another_models(make_settings: Callable[..., Settings],
+                                                          tmp_path: Path) -> None:
+    s = make_settings(embeddings_onnx_cache_dir=tmp_path)
+    await Calibrations().get(Offset(shared=0.5), s)
+    other = Offset(shared=0.5)
+    other.fingerprint = "onnx-int8:new-weights"  # type: ignore[attr-defined]  # same name, other weights
+    await Calibrations().get(other, s)
+    assert other.calls == 2 and len(list((tmp_path / "floors").glob("*.json"))) == 2
+    # a file that names another model (a hash collision, a hand edit) is not used either
+    prefixed = make_settings(embeddings_onnx_cache_dir=tmp_path, embeddings_query_prefix="q: ")
+    path = stored_path(Offset(shared=0.5), model_identity(Offset(shared=0.5), prefixed), prefixed)
+    path.write_text(json.dumps({"model": "someone else", "percentiles": list(REFERENCE.percentiles)}))
+    assert load(path, model_identity(Offset(shared=0.5), prefixed)) is None
+
+
+@pytest.mark.parametrize("content", ["not json", '{"model": "x"}', '{"percentiles": [1, 0]}', "[]"])
+async def test_an_unreadable_stored_calibration_is_computed_again(make_settings: Callable[..., Settings],
+                                                                  tmp_path: Path, content: str) -> None:
+    s = make_settings(embeddings_onnx_cache_dir=tmp_path)
+    first = await Calibrations().get(Offset(shared=0.5), s)
+    (stored,) = (tmp_path / "floors").glob("*.json")
+    stored.write_text(content)
+    again = Offset(shared=0.5)
+    assert (await Calibrations().get(again, s)).percentiles == first.percentiles and again.calls == 2
+    assert load(stored, first.model) == first  # written again, whole
+
+
+async def test_a_cache_that_cannot_be_written_still_calibrates(make_settings: Callable[..., Settings],
+                                                               tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # its "floors" folder cannot be made
+    calibration = await Calibrations().get(Offset(shared=0.5), make_settings(embeddings_onnx_cache_dir=blocked))
+    assert len(calibration.percentiles) == len(REFERENCE.percentiles)
 
 
 def test_model_identity_names_provider_model_and_prefixes(make_settings: Callable[..., Settings]) -> None:

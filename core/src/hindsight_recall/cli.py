@@ -144,7 +144,7 @@ def mcp() -> None:
     """
     from .service.mcp import serve_stdio  # late: the MCP SDK is not needed by other commands
 
-    run(lambda: serve_stdio(open_engine()))
+    run(lambda: serve_stdio(open_engine(long_lived=True)))
 
 
 @main.command()

@@ -21,7 +21,8 @@ def run(factory: Callable[[], Awaitable[T]]) -> T:
         raise click.ClickException(str(exc)) from None
 
 
-def open_engine() -> Any:
+def open_engine(*, long_lived: bool = False) -> Any:
+    """The engine of one command; a ``long_lived`` one (``mcp``) loads the date finder ahead of its first query."""
     from .engine import Engine  # late: keeps `--help` and `plugins` fast
 
-    return Engine()
+    return Engine(warm_date_finder=long_lived)

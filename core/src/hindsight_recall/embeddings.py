@@ -55,6 +55,13 @@ class LocalEmbeddings:
         self.backend = "onnx" if choice == "auto" else choice
         self.batch_size = self.settings.embeddings_batch_size or BATCH_SIZE[self._runtime()]
 
+    @property
+    def fingerprint(self) -> str:
+        """What besides the model's name decides its vectors: the runtime and the weights' files."""
+        from ._onnx import cache_key
+
+        return f"{self._runtime()}:{cache_key(self.model_name)}"
+
     def _runtime(self) -> str:
         return "onnx-int8" if self.backend == "onnx" and self.settings.embeddings_onnx_int8 else self.backend
 

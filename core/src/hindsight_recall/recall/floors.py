@@ -4,26 +4,37 @@ The cosine floors (``SEMANTIC_MIN_SIMILARITY``, ``GRAPH_SEED_MIN_SIMILARITY``,
 ``TEMPORAL_SEMANTIC_MIN_SIMILARITY``) are numbers on the scale of the bundled all-MiniLM-L6-v2
 model. Models differ in how similar they find text that has nothing in common: one gives unrelated
 sentences cosines around 0.05, another around 0.5, so a fixed 0.3 keeps everything with one and
-almost nothing with the other. A model is therefore *calibrated* once per process: the cosines it
+almost nothing with the other. A model is therefore *calibrated* once: the cosines it
 gives pairs of :data:`~._unrelated.UNRELATED` sentences (one embedded as a query, the other as a
 passage) form its noise distribution. A floor is carried over by its rank in that distribution: a
 floor that 99 % of unrelated pairs stay below on the bundled model becomes the similarity that 99 %
 of unrelated pairs stay below on the configured one (``SEMANTIC_FLOOR_CALIBRATION``). Above the
 noisiest unrelated pair, the distance to a perfect match scales instead.
+
+A calibration is kept for the life of the process and stored on disk beside the ONNX graphs
+(``EMBEDDINGS_ONNX_CACHE_DIR``/floors), one file per model identity and weights, so that a new
+process reads it in a millisecond instead of embedding the texts again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import hashlib
+import json
+import logging
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..protocols import EmbeddingProvider
 from ..settings import Settings
 from ._unrelated import UNRELATED
+
+log = logging.getLogger(__name__)
 
 #: points of a distribution kept: the 0th to the 100th percentile
 POINTS = 101
@@ -151,8 +162,9 @@ async def calibrate(embedder: EmbeddingProvider, identity: str) -> Calibration:
 
 
 class Calibrations:
-    """One calibration per model identity, computed on first use (about 0.2 s with MiniLM) and kept
-    for the life of the process. Two first recalls at once may both compute it: the same result."""
+    """One calibration per model identity: read from disk when stored there, else computed (about
+    0.3 s of CPU with MiniLM) and stored; kept for the life of the process. Two first recalls at
+    once may both compute it: the same result."""
 
     def __init__(self) -> None:
         self._known: dict[str, Calibration] = {}
@@ -161,8 +173,50 @@ class Calibrations:
         identity = model_identity(embedder, settings)
         known = self._known.get(identity)
         if known is None:
-            known = self._known[identity] = await calibrate(embedder, identity)
+            path = stored_path(embedder, identity, settings)
+            known = await asyncio.to_thread(load, path, identity)
+            if known is None:
+                known = await calibrate(embedder, identity)
+                await asyncio.to_thread(store, path, known)
+            self._known[identity] = known
         return known
+
+
+def stored_path(embedder: EmbeddingProvider, identity: str, settings: Settings) -> Path:
+    """The file of ``identity``'s calibration: it changes with the model's weights and runtime (the
+    embedder's ``fingerprint``, when it has one) and with the texts calibrated on."""
+    from .._onnx import default_cache_dir  # late: only a recall with floors reads it
+
+    fingerprint = getattr(embedder, "fingerprint", "")
+    texts = "\n".join(UNRELATED)
+    digest = hashlib.sha256(f"{identity}\n{fingerprint}\n{POINTS}\n{texts}".encode()).hexdigest()[:24]
+    return (settings.embeddings_onnx_cache_dir or default_cache_dir()) / "floors" / f"{digest}.json"
+
+
+def load(path: Path, identity: str) -> Calibration | None:
+    """The calibration stored at ``path``; ``None`` when there is none, or it is unreadable or another's."""
+    try:
+        data = json.loads(path.read_text())
+        values = tuple(float(x) for x in data["percentiles"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("ignoring an unreadable stored calibration at %s", path)
+        return None
+    if data.get("model") != identity or len(values) != POINTS or list(values) != sorted(values):
+        return None
+    return Calibration(identity, values)
+
+
+def store(path: Path, calibration: Calibration) -> None:
+    """Write ``calibration`` to ``path`` atomically; a read-only cache only costs the next process a calibration."""
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part.write_text(json.dumps({"model": calibration.model, "percentiles": list(calibration.percentiles)}))
+        part.replace(path)
+    except OSError as exc:
+        log.info("the floors calibration could not be stored at %s: %s", path, exc)
 
 
 def describe(settings: Settings, calibrated: Settings, model: Calibration | None) -> dict[str, Any]:
