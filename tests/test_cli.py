@@ -191,12 +191,12 @@ def test_missing_plugin_says_how_to_install_it_from_the_repository(kind: str, fo
 @pytest.mark.parametrize("long_lived", [False, True])
 async def test_only_a_long_lived_command_warms_the_date_finder(long_lived: bool, make_settings: Any,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from hindsight_recall import cli_engine
+    from hindsight_recall import cli_engine, settings
     from hindsight_recall import engine as engine_module
 
     warmed: list[bool] = []
     monkeypatch.setattr(engine_module, "warm_date_parser", lambda: warmed.append(True))
-    monkeypatch.setattr(engine_module, "load_settings", lambda: make_settings())
+    monkeypatch.setattr(settings, "load_settings", lambda: make_settings())
     engine = cli_engine.open_engine(long_lived=long_lived)
     async with engine:
         assert warmed == ([True] if long_lived else [])
