@@ -359,6 +359,22 @@ async def test_streamable_http_mounted_in_a_host_app(make_settings: Callable[...
 
 
 
+async def test_serve_loads_the_date_finder_once_ready(make_settings: Callable[..., Settings],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The date finder's ~2 s of Python would compete with the start-up: it loads after readiness."""
+    from hindsight_recall.recall import pipeline
+    from hindsight_recall.service.app import create_app
+
+    app = create_app(make_settings())
+    seen: list[bool] = []
+    monkeypatch.setattr(pipeline, "warm_date_parser", lambda: seen.append(app.app.state.service.ready))
+    assert app.app.state.engine.warm_date_finder is False  # not at the engine's open
+    async with served(app) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        while (await http.get("/health/ready")).status_code != 200:
+            await asyncio.sleep(0.05)
+        assert seen == [True]
+
+
 async def test_upstream_tools_over_serve(make_settings: Callable[..., Settings], mcp_bank: str) -> None:
     """Upstream's bank and memory tools answer what the HTTP routes answer, with the same ids; the bank
     comes from the call, the URL or an X-Bank-Id header."""

@@ -96,7 +96,9 @@ def create_app(settings: Settings | None = None) -> Any:
     :param settings: core settings (default: read from ``HINDSIGHT_API_*``).
     """
     settings = settings or load_settings()
-    engine = Engine(settings)
+    # the date finder loads once the service is ready (_load): its ~2 s of Python would hold the GIL
+    # against the start-up
+    engine = Engine(settings, warm_date_finder=False)
     state = ServiceState()
     resolver = AliasResolver(engine.db)
     service_metrics = ServiceMetrics()
@@ -167,4 +169,8 @@ async def _load(engine: Engine, state: ServiceState) -> None:
         return
     state.ready = True
     log.info("ready")
+    if engine.settings.enable_temporal_retrieval:
+        from ..recall.pipeline import warm_date_parser
+
+        warm_date_parser()
 
