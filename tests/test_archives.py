@@ -20,17 +20,11 @@ DEEP = b"[" * 200_000 + b"]" * 200_000
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
+    from hindsight_recall.testing.service import serving
 
-    data = tmp_path_factory.mktemp("archives-pg") / "data"
-    running = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                         archive_max_entries=50, archive_max_bytes=20_000_000,
-                                         database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
+    with serving(tmp_path_factory.mktemp("archives-pg") / "data", archive_max_entries=50,
+                 archive_max_bytes=20_000_000) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

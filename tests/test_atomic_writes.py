@@ -145,3 +145,16 @@ async def test_forgetting_that_fails_midway_changes_nothing(
         else:
             await engine.delete_bank(bank)
     assert differences(before, await rows(engine, bank)) == []
+
+
+async def test_an_append_numbered_after_a_stale_end_writes_nothing(engine: Engine, bank: str) -> None:
+    from hindsight_recall.errors import DocumentChanged
+
+    memories, replaced = document(bank, ["One.", "Two."], "log")
+    await engine.retain(bank, memories, replace_documents=replaced)
+    before = await rows(engine, bank)
+    later, _ = document(bank, ["Three."], "other")
+    with pytest.raises(DocumentChanged, match="'log' held 2 memories, not the 1"):
+        await engine.retain(bank, later, document_sizes={"log": 1})
+    assert differences(before, await rows(engine, bank)) == []
+    await engine.retain(bank, later, document_sizes={"log": 2})

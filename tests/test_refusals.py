@@ -22,17 +22,11 @@ MAX_BODY = 8_000_000
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
+    from hindsight_recall.testing.service import serving
 
-    data = tmp_path_factory.mktemp("refusals-pg") / "data"
-    running = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                         service_max_body_bytes=MAX_BODY, service_max_sync_retain_items=50,
-                                         database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
+    with serving(tmp_path_factory.mktemp("refusals-pg") / "data", service_max_body_bytes=MAX_BODY,
+                 service_max_sync_retain_items=50) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

@@ -369,6 +369,28 @@ def test_a_resent_document_replaces_its_text_and_chunks(http: httpx.Client) -> N
     assert http.get(path(bank, "/d")).json()["original_text"] == "first\nchanged\nappended"
 
 
+def test_appends_racing_on_one_document_all_land(server: Any) -> None:
+    """Each append is numbered after the document's end as read; one that lost the race to another
+    is numbered again (before, both took the same places and the later one overwrote the earlier)."""
+    import concurrent.futures
+
+    bank = new_bank()
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        retain(http, bank, [{"content": "the first line"}], document_id="log")
+
+    def append(writer: int) -> int:
+        items = [{"content": f"writer {writer} line {i}", "document_id": "log", "update_mode": "append"}
+                 for i in range(3)]
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            return http.post(f"/v1/default/banks/{bank}/memories", json={"items": items}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(append, range(4))) == [200] * 4
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        text = http.get(path(bank, "/log")).json()["original_text"].split("\n")
+    assert len(text) == 13 and sorted(text[1:]) == sorted(f"writer {w} line {i}" for w in range(4) for i in range(3))
+
+
 # ---- history -------------------------------------------------------------------------------------
 
 def test_history_is_501_with_the_reason(http: httpx.Client, server: Any) -> None:

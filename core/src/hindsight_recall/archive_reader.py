@@ -20,7 +20,7 @@ import sys
 import tempfile
 import zipfile
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -242,9 +242,7 @@ class Reader:
             raise Refused(f"{name}: must be a JSON array")
         memories = [read_observation(obs, f"{name}: [{i}]", i, self.by_document) for i, obs in enumerate(found)]
         self.remember(None, [m for m, _ in memories], name)
-        for start in range(0, len(memories), RECORD_MEMORIES):
-            pickle.dump(Record("observations", None, memories[start : start + RECORD_MEMORIES]), out)
-        return len(memories)
+        return _records(out, "observations", memories, RECORD_MEMORIES)
 
     def lines(self, name: str) -> Iterator[tuple[int, Any]]:
         try:
@@ -256,43 +254,27 @@ class Reader:
             raise Refused(f"{name}: cannot be read from the .zip ({exc})") from None
 
     def links(self, out: IO[bytes]) -> int:
-        batch: list[tuple[str, str, str, float]] = []
-        count = 0
-        for number, obj in self.lines(LINKS_ENTRY):
-            batch.append(read_link(obj, f"{LINKS_ENTRY} line {number}"))
-            count += 1
-            if len(batch) >= RECORD_LINKS:
-                pickle.dump(Record("links", None, batch), out)
-                batch = []
-        if batch:
-            pickle.dump(Record("links", None, batch), out)
-        return count
+        found = (read_link(obj, f"{LINKS_ENTRY} line {number}") for number, obj in self.lines(LINKS_ENTRY))
+        return _records(out, "links", found, RECORD_LINKS)
 
     def invalidated(self, out: IO[bytes]) -> int:
         if INVALIDATED_ENTRY not in self.names:
             return 0
-        batch: list[tuple[Memory, str | None, datetime | None]] = []
-        count = 0
-        for number, obj in self.lines(INVALIDATED_ENTRY):
-            where = f"{INVALIDATED_ENTRY} line {number}"
-            if not isinstance(obj, dict):
-                raise Refused(f"{where}: must be a JSON object")
-            try:
-                memory = parse_memory(obj.get("memory"))[1]
-            except RetainError as exc:
-                raise Refused(f"{where}: memory.{exc.field}: {exc.why}") from None
-            reason = read_text(obj, "reason", where)
-            at = read_date(obj, "invalidated_at", where, upstream=False)
-            if memory.id in self.seen:
-                raise Refused(f"{where}: memory.id: {memory.id!r} is also a stored memory ({self.seen[memory.id]})")
-            batch.append((memory, reason, at))
-            count += 1
-            if len(batch) >= RECORD_MEMORIES:
-                pickle.dump(Record("invalidated", None, batch), out)
-                batch = []
-        if batch:
-            pickle.dump(Record("invalidated", None, batch), out)
-        return count
+        found = (self.invalidated_line(obj, f"{INVALIDATED_ENTRY} line {number}")
+                 for number, obj in self.lines(INVALIDATED_ENTRY))
+        return _records(out, "invalidated", found, RECORD_MEMORIES)
+
+    def invalidated_line(self, obj: Any, where: str) -> tuple[Memory, str | None, datetime | None]:
+        """One line of our invalidated memories: (memory, reason, when)."""
+        if not isinstance(obj, dict):
+            raise Refused(f"{where}: must be a JSON object")
+        try:
+            memory = parse_memory(obj.get("memory"))[1]
+        except RetainError as exc:
+            raise Refused(f"{where}: memory.{exc.field}: {exc.why}") from None
+        if memory.id in self.seen:
+            raise Refused(f"{where}: memory.id: {memory.id!r} is also a stored memory ({self.seen[memory.id]})")
+        return memory, read_text(obj, "reason", where), read_date(obj, "invalidated_at", where, upstream=False)
 
     def check_sources(self) -> None:
         """Every source a memory names is a memory of the archive (a restore writes into a new bank)."""
@@ -327,6 +309,21 @@ class Reader:
                 isinstance(ours.get(k, {}), dict) for k in ("profile", "config"))):
             raise Refused(f"banks.json: [0].{OURS}: must be an object whose profile and config are objects")
         return row
+
+
+def _records(out: IO[bytes], kind: str, items: Iterable[Any], size: int) -> int:
+    """Write ``items`` as records of ``kind``, ``size`` at a time; how many there were."""
+    batch: list[Any] = []
+    count = 0
+    for item in items:
+        batch.append(item)
+        count += 1
+        if len(batch) >= size:
+            pickle.dump(Record(kind, None, batch), out)
+            batch = []
+    if batch:
+        pickle.dump(Record(kind, None, batch), out)
+    return count
 
 
 def main(argv: list[str]) -> int:

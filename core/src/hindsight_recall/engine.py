@@ -137,6 +137,7 @@ class Engine:
     async def retain(
         self, bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], *, progress: bool | None = None,
         embeddings: Sequence[Sequence[float]] | None = None, replace_documents: Iterable[str] = (),
+        document_sizes: Mapping[str, int] | None = None,
     ) -> RetainStats:
         """Store memories in a bank; re-retaining an id updates it. All or nothing.
 
@@ -148,18 +149,23 @@ class Engine:
         :param replace_documents: documents these memories replace whole: a memory of one of them that is
             not among ``memories`` is forgotten in the same transaction, so every reader sees each
             document all old or all new.
+        :param document_sizes: document id -> how many memories it holds as the caller read it (the
+            place an append was numbered after): if another write changed it meanwhile, nothing is
+            written and :class:`~hindsight_recall.errors.DocumentChanged` (409) says to read and retry.
         """
         if isinstance(memories, str | bytes | Mapping | Memory) or not isinstance(memories, Iterable):
             raise RetainError(None, "memories", f"expected a list of memories, got {type(memories).__name__}")
         items = [m if isinstance(m, Memory) else parse_memory(m, i)[1] for i, m in enumerate(memories, start=1)]
         return await self.retain_many({bank_id: items}, progress=progress,
                                       embeddings=None if embeddings is None else {bank_id: embeddings},
-                                      replace_documents={bank_id: _texts("replace_documents", replace_documents)})
+                                      replace_documents={bank_id: _texts("replace_documents", replace_documents)},
+                                      document_sizes={bank_id: dict(document_sizes or {})})
 
     async def retain_many(
         self, batches: Mapping[str, Sequence[Memory]], *, lines: Mapping[str, Sequence[int]] | None = None,
         progress: bool | None = None, embeddings: Mapping[str, Sequence[Sequence[float]]] | None = None,
         replace_documents: Mapping[str, Collection[str]] | None = None,
+        document_sizes: Mapping[str, Mapping[str, int]] | None = None,
         within: Callable[[AsyncConnection], Awaitable[None]] | None = None,
     ) -> RetainStats:
         """Store several banks' memories in one transaction.
@@ -170,6 +176,7 @@ class Engine:
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; every bank
             needs its vectors, and the embedding model is not run.
         :param replace_documents: bank id -> documents replaced whole (see :meth:`retain`).
+        :param document_sizes: bank id -> document id -> memories it holds as read (see :meth:`retain`).
         :param within: more work for the same transaction, ``await within(conn)`` once the memories are
             written: it commits with them or, if it raises, nothing does.
         """
@@ -182,7 +189,7 @@ class Engine:
         with database_errors("retain"):
             return await self._retrying("retain", lambda: self._ingestor.retain(
                 batches, lines=lines, progress=progress, embeddings=embeddings, replace_documents=replace_documents,
-                within=within))
+                document_sizes=document_sizes, within=within))
 
     async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
         """Return the memories most relevant to ``query``, packed into ``max_tokens``.

@@ -84,6 +84,17 @@ class BankNotFound(InvalidRequest):
         return f"bank {self.bank_id!r} does not exist"
 
 
+class DocumentChanged(InvalidRequest):
+    """A document an append continues changed between reading where it ends and writing after it."""
+
+    code = "conflict"
+
+    def __init__(self, document_id: str, expected: int, found: int) -> None:
+        super().__init__("document_id", f"document {document_id!r} held {found} memories, not the {expected} the "
+                                        "append was numbered after (another write changed it): retry", status=409)
+        self.document_id = document_id
+
+
 class MemoryNotFound(InvalidRequest):
     """The request names a memory the bank has neither stored nor invalidated."""
 

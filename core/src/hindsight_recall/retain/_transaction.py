@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..errors import RetainError
+from ..errors import DocumentChanged, RetainError
 from ..limits import int32_problem
 from ..store import ann, banks, term_stats
 from ..store._bincopy import driver_connection
@@ -93,17 +93,22 @@ class Transaction:
         self, bank_id: str, memories: Sequence[Memory], vectors: np.ndarray | None = None, *,
         lines: Sequence[int] | None = None, replace_documents: Collection[str] = (),
         chunk_indexes: Mapping[str, Mapping[str, int]] | None = None,
+        document_sizes: Mapping[str, int] | None = None,
     ) -> None:
         """Write a bank's memories (embedded here unless ``vectors`` are given).
 
         :param replace_documents: documents the memories replace whole: each one's memories that are not
             among ``memories`` are forgotten, so a reader sees the old document or the new, never a mix.
         :param chunk_indexes: document id -> chunk text -> index, for new chunks (see :func:`._rows.write_chunks`).
+        :param document_sizes: document id -> how many memories it must hold now (what an append was
+            numbered after); :class:`DocumentChanged` when another write changed it since.
         """
         if bank_id not in self.banks:
             raise RetainError(None, "bank_id", f"bank {bank_id!r} was not named when the transaction began")
         if not memories:
             return
+        if document_sizes:
+            await self._check_sizes(bank_id, document_sizes)
         if vectors is None:
             started = time.perf_counter()
             vectors = await embed_passages(self.ingestor.embedder, [m.text for m in memories], False)
@@ -113,6 +118,14 @@ class Transaction:
             self.placed.add(where.slot)
         if replace_documents:
             self.stats.removed += await self._drop_replaced(bank_id, memories, replace_documents)
+
+    async def _check_sizes(self, bank_id: str, sizes: Mapping[str, int]) -> None:
+        found: dict[str, int] = dict((await self.conn.execute(text(
+            "SELECT document_id, count(*) FROM memory_units WHERE bank_id = :bank AND document_id = ANY(:docs) "
+            "GROUP BY 1"), {"bank": bank_id, "docs": sorted(sizes)})).all())
+        for document_id, expected in sizes.items():
+            if found.get(document_id, 0) != expected:
+                raise DocumentChanged(document_id, expected, found.get(document_id, 0))
 
     async def _drop_replaced(self, bank_id: str, memories: Sequence[Memory], documents: Collection[str]) -> int:
         """Forget the memories of ``documents`` that the write did not hold (after it: the documents keep

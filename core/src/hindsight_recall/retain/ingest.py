@@ -115,6 +115,7 @@ class Ingestor:
         progress: bool | None = None,
         embeddings: Mapping[str, Sequence[Sequence[float]] | np.ndarray] | None = None,
         replace_documents: Mapping[str, Collection[str]] | None = None,
+        document_sizes: Mapping[str, Mapping[str, int]] | None = None,
         within: Callable[[AsyncConnection], Awaitable[None]] | None = None,
     ) -> RetainStats:
         """Write every bank's memories; all or nothing.
@@ -125,6 +126,7 @@ class Ingestor:
         :param embeddings: bank id -> precomputed vectors aligned with that bank's memories; when
             given, the embedding model is not run (every bank needs its vectors).
         :param replace_documents: bank id -> documents the batch replaces whole (see :meth:`Transaction.write`).
+        :param document_sizes: bank id -> document id -> memories it must hold now (see :meth:`Transaction.write`).
         :param within: more work for the same transaction, run once the memories are written.
         """
         for bank_id, memories in batches.items():
@@ -143,7 +145,8 @@ class Ingestor:
             for bank_id, memories in batches.items():
                 await tx.write(bank_id, memories, vectors[offset : offset + len(memories)],
                                lines=(lines or {}).get(bank_id),
-                               replace_documents=(replace_documents or {}).get(bank_id, ()))
+                               replace_documents=(replace_documents or {}).get(bank_id, ()),
+                               document_sizes=(document_sizes or {}).get(bank_id))
                 offset += len(memories)
             if within is not None:
                 await within(tx.conn)

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
-from ..errors import BankNotFound, QueryTooLong, RetainError
+from ..errors import BankNotFound, DocumentChanged, QueryTooLong, RetainError
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..retain.memories import parse_datetime, parse_memory
@@ -26,6 +26,8 @@ from .items import appended, build_memories, check_supported
 from .ops import Admission
 from .schemas import UNSUPPORTED, ImportBody, RecallBody, UpdateMemoryBody
 
+#: how many times a retain appending to a document numbers its items again after another write changed it
+APPEND_ATTEMPTS = 5
 #: upstream's unlimited (-1) source-fact budget, as a token count
 UNLIMITED = 2**31 - 1
 
@@ -41,9 +43,16 @@ async def retain(request: Request) -> Response:
     if body.async_:
         return await async_retain.submit(request, engine, bank_id, body)
     async_retain.check_sync_size(body, engine.settings)
-    existing = await engine.document_memory_ids(bank_id, appended(body))
-    memories, replaced = build_memories(bank_id, body, existing)
-    await engine.retain(bank_id, memories, progress=False, replace_documents=replaced)
+    for attempt in range(1, APPEND_ATTEMPTS + 1):
+        existing = await engine.document_memory_ids(bank_id, appended(body))
+        memories, replaced = build_memories(bank_id, body, existing)
+        try:
+            await engine.retain(bank_id, memories, progress=False, replace_documents=replaced,
+                                document_sizes={d: len(ids) for d, ids in existing.items()})
+            break
+        except DocumentChanged:  # another write appended to the same document first: number again
+            if attempt == APPEND_ATTEMPTS:
+                raise
     return JSONResponse({"success": True, "bank_id": bank_id, "items_count": len(memories), "async": False,
                          "usage": None})
 

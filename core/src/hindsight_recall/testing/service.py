@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -60,6 +63,23 @@ class ServerThread:
         """Shut down as on SIGTERM: requests in flight finish, then the engine closes."""
         self.server.should_exit = True
         self.thread.join(timeout=60)
+
+
+@contextlib.contextmanager
+def serving(data_dir: Path, **settings: Any) -> Iterator[ServerThread]:
+    """A :class:`ServerThread` for a test module: on the run's database (``HINDSIGHT_TEST_DATABASE_URL``)
+    or an embedded server in ``data_dir``, passthrough reranking, the given settings; stopped afterwards."""
+    import os
+
+    from hindsight_recall.settings import load_settings
+
+    running = ServerThread(load_settings(**{"embedded_data_dir": data_dir, "reranker_provider": "rrf",
+                                            "database_url": os.environ.get("HINDSIGHT_TEST_DATABASE_URL"),
+                                            **settings})).start()
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 class ServeProcess:
