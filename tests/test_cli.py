@@ -152,6 +152,12 @@ def test_a_new_process_recalls_without_the_date_finder_or_a_new_calibration(cli_
     assert runs[0]["calibrations"] <= 1 and runs[1]["calibrations"] == 0
 
 
+def test_the_command_line_imports_httpx_only_to_call_a_service() -> None:
+    code = "import sys, hindsight_recall.cli; print('httpx' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() \
+        == ["False"]
+
+
 async def test_library_limit_is_top_k_after_packing(engine: Engine, alice: str) -> None:
     query = "Where does Alice work?"
     every = await engine.recall(alice, query, max_tokens=4096)

@@ -1,15 +1,14 @@
 """A small synchronous HTTP client of the service, for the command line's ``--url`` mode.
 
-It imports httpx and the standard library only: a command that talks to a running service starts in
-a fraction of a second, without torch or the embedding model.
+It imports httpx (when a client is made: an embedded command, which imports this module for its
+options, never does) and the standard library only: a command that talks to a running service starts
+in a fraction of a second, without the engine or the embedding model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import quote
-
-import httpx
 
 from ..errors import RecallError
 
@@ -35,6 +34,8 @@ class ServiceClient:
     """
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300) -> None:
+        import httpx
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -47,6 +48,8 @@ class ServiceClient:
 
     def call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         """One request; the decoded JSON answer, or :class:`ServiceCallError` with the service's message."""
+        import httpx
+
         try:
             response = self.http.request(method, path, json=body, params=params)
         except httpx.HTTPError as exc:
