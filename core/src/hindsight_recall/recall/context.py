@@ -20,12 +20,10 @@ import uuid
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import text
-
 from ..protocols import RetrievalContext
 from ..store.schema import DOCUMENT_KEY
 from ..types import Candidate, MemoryRow
-from .arms._rows import COLUMNS, row_reader
+from .arms._rows import COLUMNS, fetch, row_reader
 
 K = TypeVar("K", bound=Hashable)
 Place = tuple[str, int]
@@ -93,7 +91,7 @@ async def _around(conn: Any, ctx: RetrievalContext, ids: Sequence[uuid.UUID]) ->
     of the request's fact types and passing its filter, by (document, position)."""
     if not ids:
         return {}
-    result = await conn.execute(text(
+    keys, rows = await fetch(conn, (
         f"SELECT {COLUMNS}, {DOCUMENT_KEY} AS doc_key, position FROM memory_units "
         f"JOIN (SELECT DISTINCT {DOCUMENT_KEY} AS doc, position + d AS pos FROM memory_units "
         f"CROSS JOIN (VALUES (-1), (0), (1)) AS s(d) "
@@ -101,6 +99,5 @@ async def _around(conn: Any, ctx: RetrievalContext, ids: Sequence[uuid.UUID]) ->
         f"ON {DOCUMENT_KEY} = w.doc AND position = w.pos "
         f"WHERE bank_id = :bank_id AND fact_type = ANY(:fact_types) AND {ctx.filter.sql}"
     ), {"bank_id": ctx.bank_id, "ids": list(ids), "fact_types": list(ctx.fact_types), **ctx.filter.params})
-    keys = tuple(result.keys())
     read, at_doc, at_position = row_reader(keys), keys.index("doc_key"), keys.index("position")
-    return {(r[at_doc], r[at_position]): read(r) for r in result.all()}
+    return {(r[at_doc], r[at_position]): read(r) for r in rows}

@@ -143,29 +143,42 @@ def score_fuse(lists: Mapping[str, Sequence[Hit]], weights: Mapping[str, float] 
     fused: dict[object, Candidate] = {}
     for arm, hits in lists.items():
         weight = (weights or {}).get(arm, 1.0)
-        for rank, (hit, scaled) in enumerate(zip(hits, min_max([h.score for h in hits]), strict=True), start=1):
-            cand = _credit(fused, arm, rank, hit)
-            if cand is not None:
-                cand.source_scores[arm] = weight * scaled
-                cand.rrf_score += weight * scaled
+        scaled = min_max([h.score for h in hits])
+        for i, cand in _credit(fused, arm, hits):
+            share = weight * scaled[i]
+            cand.source_scores[arm] = share
+            cand.rrf_score += share
     return _ranked(fused)
 
 
-def _credit(fused: dict[object, Candidate], arm: str, rank: int, hit: Hit) -> Candidate | None:
-    """The hit's candidate with the arm's rank and raw score recorded; ``None`` if the arm listed it already."""
-    cand = fused.get(hit.row.id)
-    if cand is None:
-        cand = fused[hit.row.id] = Candidate(row=hit.row, rrf_score=0.0)
-    if f"{arm}_rank" in cand.source_ranks:
-        return None  # an arm lists a memory once; keep its best rank
-    cand.source_ranks[f"{arm}_rank"] = rank
-    if arm == "semantic":
-        cand.semantic = hit.score
-    elif arm == "keyword":
-        cand.keyword = hit.score
-    if "temporal_proximity" in hit.extras:
-        cand.temporal_proximity = hit.extras["temporal_proximity"]
-    return cand
+#: the arms whose raw score a candidate keeps under their own name
+_RAW_SCORES = ("semantic", "keyword")
+
+
+def _credit(fused: dict[object, Candidate], arm: str, hits: Sequence[Hit]) -> list[tuple[int, Candidate]]:
+    """Each hit's candidate (made on first sight) with the arm's rank and raw score recorded, as
+    (position in ``hits``, candidate); a memory the arm lists again is skipped (its best rank stays).
+
+    One loop per arm, not a call per hit: a recall fuses a couple of thousand hits.
+    """
+    key = f"{arm}_rank"
+    raw = arm if arm in _RAW_SCORES else None
+    credited: list[tuple[int, Candidate]] = []
+    for i, hit in enumerate(hits):
+        row = hit.row
+        cand = fused.get(row.id)
+        if cand is None:
+            cand = fused[row.id] = Candidate(row=row, rrf_score=0.0)
+        ranks = cand.source_ranks
+        if key in ranks:
+            continue
+        ranks[key] = i + 1
+        if raw is not None:
+            setattr(cand, raw, hit.score)
+        if hit.extras and "temporal_proximity" in hit.extras:
+            cand.temporal_proximity = hit.extras["temporal_proximity"]
+        credited.append((i, cand))
+    return credited
 
 
 def _ranked(fused: Mapping[object, Candidate]) -> list[Candidate]:
@@ -183,10 +196,8 @@ def rrf_fuse(
     fused: dict[object, Candidate] = {}
     for arm, hits in lists.items():
         weight = (weights or {}).get(arm, 1.0)
-        for rank, hit in enumerate(hits, start=1):
-            cand = _credit(fused, arm, rank, hit)
-            if cand is not None:
-                cand.rrf_score += weight / (k + rank)
+        for i, cand in _credit(fused, arm, hits):
+            cand.rrf_score += weight / (k + i + 1)
     return _ranked(fused)
 
 

@@ -14,14 +14,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
-
 from ...protocols import ArmStatement as ArmStatement  # re-exported: the arms import it from here
 from ...protocols import RetrievalContext, with_ctes
 from ...types import ArmResult, Hit
 from .. import cost
 from ._ann import AnnSettings
-from ._rows import row_reader
+from ._rows import fetch, row_reader
 
 
 def composable(statements: Sequence[ArmStatement]) -> bool:
@@ -92,7 +90,5 @@ async def _run(ctx: RetrievalContext, sql: str, params: dict[str, Any], wanted: 
                 await ann.apply(conn, wanted)
             started = time.perf_counter()
             async with cost.statement(conn, label):
-                result = await conn.execute(text(sql), params)
-                keys = tuple(result.keys())
-                rows = result.all()
+                keys, rows = await fetch(conn, sql, params)
             return keys, rows, time.perf_counter() - started

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...protocols import RetrievalContext
@@ -86,6 +87,32 @@ def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
     return row_reader(keys)([m[k] for k in keys])
 
 
+#: SQLAlchemy's bind parameters as ``text()`` reads them: ``:name``, not a ``::type`` cast
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+
+
+@functools.lru_cache(maxsize=512)
+def driver_sql(sql: str) -> str:
+    """``sql`` with SQLAlchemy's ``:name`` binds in psycopg's ``%(name)s`` style, ``%`` escaped and
+    ``\\:`` unescaped, as ``text()`` reads it."""
+    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%")).replace("\\:", ":")
+
+
+async def fetch(conn: AsyncConnection, sql: str, params: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
+    """Run one statement of ``:name`` binds on the connection's psycopg connection; its column names
+    and its rows as tuples.
+
+    An arm reads thousands of rows: through SQLAlchemy's result they cost about twice the CPU of
+    psycopg's own (2,000 arm rows: 12 ms against 6 ms), and nothing here needs its rows. The statement
+    runs in the connection's transaction, with its settings.
+    """
+    driver: Any = (await conn.get_raw_connection()).driver_connection  # a psycopg AsyncConnection
+    async with driver.cursor() as cursor:
+        await cursor.execute(driver_sql(sql), params)
+        keys = tuple(column.name for column in cursor.description or ())
+        return keys, await cursor.fetchall()
+
+
 def where_for(ctx: RetrievalContext, fact_type: str) -> str:
     """The predicate of one sub-select (:meth:`RetrievalContext.where`, public for third-party arms)."""
     return ctx.where(fact_type)
@@ -106,9 +133,7 @@ async def run_union(
     """Run one UNION ALL of per-fact-type sub-selects and split the rows by fact type."""
     started = time.perf_counter()
     async with cost.statement(conn, arm):
-        result = await conn.execute(text(" UNION ALL ".join(subselects)), dict(params))
-        keys = tuple(result.keys())
-        rows = result.all()
+        keys, rows = await fetch(conn, " UNION ALL ".join(subselects), params)
     duration = time.perf_counter() - started
     read, at_type, at_score = row_reader(keys), keys.index("fact_type"), keys.index(score_column)
     by_type: dict[str, list[Hit]] = {ft: [] for ft in ctx.fact_types}

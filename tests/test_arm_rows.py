@@ -1,0 +1,71 @@
+"""Arm rows read through psycopg directly: SQLAlchemy's binds translated, in the connection's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from hindsight_recall.recall.arms._rows import COLUMNS, driver_sql, fetch, row_reader
+from hindsight_recall.recall.fusion import rrf_fuse, score_fuse
+from hindsight_recall.types import Hit
+from sqlalchemy import text
+
+
+def test_binds_become_psycopg_placeholders_as_sqlalchemy_reads_them() -> None:
+    sql = "SELECT x::text, CAST(:b AS int[]), x % 2, '%' FROM t WHERE y = :a_2 AND z ~ 'a\\:b' AND w = :a::int"
+    # as text(): a bind followed by '::' is not one (CAST it), and '\:' is a colon
+    assert driver_sql(sql) == (
+        "SELECT x::text, CAST(%(b)s AS int[]), x %% 2, '%%' FROM t WHERE y = %(a_2)s AND z ~ 'a:b' AND w = :a::int"
+    )
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    assert driver_sql(sql) == str(text(sql).compile(dialect=PGDialect_psycopg()))
+
+
+async def test_fetch_reads_rows_as_tuples_in_the_connections_transaction(engine: Any, alice: str) -> None:
+    async with engine.db.connect() as conn:
+        await conn.execute(text("SET LOCAL application_name = 'rows-test'"))
+        keys, rows = await fetch(conn, f"SELECT {COLUMNS}, current_setting('application_name') AS app "
+                                       "FROM memory_units WHERE bank_id = :bank AND fact_type = ANY(:types) "
+                                       "ORDER BY external_id", {"bank": alice, "types": ["world"], "unused": 1})
+        by_sqlalchemy = (await conn.execute(text(f"SELECT {COLUMNS} FROM memory_units WHERE bank_id = :bank "
+                                                 "AND fact_type = 'world' ORDER BY external_id"),
+                                            {"bank": alice})).all()
+    assert keys[-1] == "app" and {r[-1] for r in rows} == {"rows-test"}
+    assert [tuple(r[:-1]) for r in rows] == [tuple(r) for r in by_sqlalchemy]
+    read = row_reader(keys)
+    first = read(rows[0])
+    assert isinstance(first.id, uuid.UUID) and first.fact_type == "world" and not first.complete
+
+
+async def test_a_failing_statement_raises_the_drivers_error(engine: Any) -> None:
+    import psycopg
+
+    async with engine.db.connect() as conn:
+        try:
+            await fetch(conn, "SELECT 1 / :zero", {"zero": 0})
+        except psycopg.errors.DivisionByZero:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError("the division by zero passed")
+
+
+def _hits(rows: list[Any], scores: list[float], **extras: float) -> list[Hit]:
+    return [Hit(r, s, dict(extras)) for r, s in zip(rows, scores, strict=True)]
+
+
+def test_fusion_credits_each_memory_once_per_arm_with_its_best_rank() -> None:
+    read = row_reader(("id", "external_id", "fact_type", "occurred_start", "occurred_end", "mentioned_at",
+                       "chunk_id", "proof_count", "source_memory_ids", "token_count"))
+    a, b, c = (read((uuid.uuid4(), name, "world", None, None, None, None, None, None, 3)) for name in "abc")
+    lists = {"semantic": _hits([a, b, a], [0.9, 0.5, 0.1]), "keyword": _hits([b, c], [2.0, 1.0]),
+             "temporal": _hits([c], [0.7], temporal_proximity=0.25)}
+    fused = {cand.row.external_id: cand for cand in rrf_fuse(lists, k=60)}
+    assert fused["a"].source_ranks == {"semantic_rank": 1}  # its second listing is ignored
+    assert fused["b"].source_ranks == {"semantic_rank": 2, "keyword_rank": 1}
+    assert fused["b"].rrf_score == 1 / 62 + 1 / 61 and fused["b"].semantic == 0.5 and fused["b"].keyword == 2.0
+    assert fused["c"].temporal_proximity == 0.25 and fused["c"].source_ranks == {"keyword_rank": 2, "temporal_rank": 1}
+    scored = {cand.row.external_id: cand for cand in score_fuse(lists, {"keyword": 2.0})}
+    assert scored["a"].source_scores == {"semantic": 1.0} and scored["b"].source_scores == {"semantic": 0.5,
+                                                                                            "keyword": 2.0}
+    assert scored["c"].rrf_score == 0.0 + 1.0  # keyword's weakest (0 × 2) and temporal's only hit (1)
