@@ -31,6 +31,9 @@ PLUGINS = [*(f"backends/{n}" for n in ("vchord", "pg_textsearch", "pgroonga", "p
 # upstream's Agno integration (pure Python, no model), drives reflect in tests/test_reflect_service.py
 TEST_DEPS = ["pytest>=8", "pytest-asyncio>=0.24", "pglast>=6", "hypothesis>=6", "hindsight-client==1.1.0",
              "hindsight-agno==0.4.20", "selenium>=4.20", "matplotlib>=3.8"]
+#: what tests(torch) needs beside torch: the test tools, and upstream's client, which some test modules import
+#: at collection (no torch test drives a browser, a plot or Agno)
+TORCH_TEST_DEPS = [d for d in TEST_DEPS if not d.startswith(("hindsight-agno", "selenium", "matplotlib"))]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -113,7 +116,7 @@ def tests(session: nox.Session, target: str) -> None:
     builds Citus (cached) and the run starts a coordinator and two workers, stopped at its end.
     """
     if target in (SUITE, TORCH_SUITE):
-        install(session, *TEST_DEPS, torch=target == TORCH_SUITE)
+        install(session, *(TORCH_TEST_DEPS if target == TORCH_SUITE else TEST_DEPS), torch=target == TORCH_SUITE)
         marker = "torch" if target == TORCH_SUITE else "not torch"
         # the slowest tests named at the end: what to look at when the suite grows slow
         session.run("pytest", "-m", marker, "--durations=20", *session.posargs, env=OFFLINE)
