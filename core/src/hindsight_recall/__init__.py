@@ -64,7 +64,7 @@ def retain(bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], **setti
     from .settings import load_settings
 
     async def run() -> RetainStats:
-        async with Engine(load_settings(**settings)) as engine:
+        async with Engine(load_settings(**settings), warm_date_finder=False) as engine:  # one call: no recall
             return await engine.retain(bank_id, memories)
 
     return asyncio.run(run())
@@ -83,7 +83,8 @@ def recall(bank_id: str, query: str, *, settings: Mapping[str, Any] | None = Non
     from .settings import load_settings
 
     async def run() -> dict[str, Any]:
-        async with Engine(load_settings(**(settings or {}))) as engine:
+        # one recall: the date finder loads only if its query needs it
+        async with Engine(load_settings(**(settings or {})), warm_date_finder=False) as engine:
             return await engine.recall(bank_id, query, **options)
 
     return asyncio.run(run())
