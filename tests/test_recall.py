@@ -270,10 +270,20 @@ async def test_entities_come_with_the_rows_in_one_statement(engine: Engine, bank
     def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         statements.append(statement)
 
+    import hindsight_recall.recall.complete as complete
+
+    read = complete.fetch
+
+    async def fetch(conn: Any, sql: str, params: Any) -> Any:  # rows read through psycopg directly
+        statements.append(sql)
+        return await read(conn, sql, params)
+
     event.listen(engine.db.engine.sync_engine, "before_cursor_execute", seen)
+    complete.fetch = fetch  # type: ignore[assignment]
     try:
         body = await engine.recall(bank, "Who hikes in the mountains?", types=["world", "observation"])
     finally:
+        complete.fetch = read  # type: ignore[assignment]
         event.remove(engine.db.engine.sync_engine, "before_cursor_execute", seen)
     by_id = {r["id"]: r for r in body["results"]}
     # an observation carries its sources' entities; names sort by code point on every server

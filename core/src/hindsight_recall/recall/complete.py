@@ -13,19 +13,19 @@ from collections.abc import Collection, Iterable, Mapping, MutableMapping, Mutab
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import text
-
 from ..store.schema import ROW_COLUMNS
 from ..types import Candidate, Hit, MemoryRow
-from .arms._rows import row_reader
+from .arms._rows import fetch, row_reader
 
-#: a row's entities as (entity id, canonical name) pairs, ordered by name
+#: the entities of the rows in ``:entities_of`` as (entity id, canonical name) pairs, ordered by
+#: name; grouped in one pass, not per row (a lateral subquery per row scanned the bank's entities
+#: once per row: 3.7 ms of server CPU for 68 rows of a 10k bank)
 _ENTITIES = (
-    "LEFT JOIN LATERAL (SELECT array_agg(e.id ORDER BY e.canonical_name) AS entity_ids, "
+    "LEFT JOIN (SELECT ue.unit_id, array_agg(e.id ORDER BY e.canonical_name) AS entity_ids, "
     "array_agg(e.canonical_name ORDER BY e.canonical_name) AS entity_names "
     "FROM unit_entities ue JOIN entities e ON e.id = ue.entity_id "
-    "WHERE e.bank_id = :bank AND ue.bank_id = :bank AND ue.unit_id = memory_units.id "
-    "AND memory_units.id = ANY(:entities_of)) ents ON true"
+    "WHERE e.bank_id = :bank AND ue.bank_id = :bank AND ue.unit_id = ANY(:entities_of) "
+    "GROUP BY ue.unit_id) ents ON ents.unit_id = memory_units.id"
 )
 
 Entities = dict[uuid.UUID, list[tuple[uuid.UUID, str]]]
@@ -57,16 +57,15 @@ async def fetch_rows_and_entities(
         return {}, {}
     joined = _ENTITIES if entities_of else ""
     extra = ", ents.entity_ids, ents.entity_names" if entities_of else ""
-    result = await conn.execute(
-        text(f"SELECT {ROW_COLUMNS}{extra} FROM memory_units {joined} "
-             "WHERE memory_units.bank_id = :bank AND memory_units.id = ANY(:ids)"),
+    keys, fetched = await fetch(
+        conn, f"SELECT {ROW_COLUMNS}{extra} FROM memory_units {joined} "
+              "WHERE memory_units.bank_id = :bank AND memory_units.id = ANY(:ids)",
         {"bank": bank_id, "ids": wanted, **({"entities_of": list(entities_of)} if entities_of else {})},
     )
-    keys = tuple(result.keys())
     read = row_reader(keys)
     rows: dict[uuid.UUID, MemoryRow] = {}
     entities: Entities = {}
-    for values in result.all():
+    for values in fetched:
         row = rows[values[0]] = read(values)  # id is the first of ROW_COLUMNS
         if entities_of and values[-2]:  # entity_ids, entity_names: the last two columns
             entities[row.id] = list(zip(values[-2], values[-1], strict=True))

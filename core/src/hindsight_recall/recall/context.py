@@ -62,23 +62,26 @@ async def apply_context(ctx: RetrievalContext, candidates: list[Candidate]) -> t
     a, b = config.recall_context_neighbour_weight, config.recall_context_document_weight
     if not config.recall_context_enabled or not candidates or (a <= 0 and b <= 0):
         return candidates, {"enabled": False}
-    known = {c.row.id for c in candidates}
     async with ctx.db.connect() as conn:
         found = await _around(conn, ctx, [c.row.id for c in candidates[: config.recall_context_expand]])
     places = {row.id: place for place, row in found.items()}
-    rows = {place: row for place, row in found.items() if row.id not in known}
+    known = {c.row.id: c for c in candidates} if places else {}
     top = max(c.rrf_score for c in candidates) or 1.0
-    scores = {c.row.id: c.rrf_score / top for c in candidates}
-    added = lift(scores, places, a, b)
+    for c in candidates:  # on the scale where the best is 1; the boost is on the fused score's scale
+        c.rrf_score /= top
+        c.boost /= top
+        c.context = 0.0
     # in document order: neighbours often tie, and the rows' order from the server is no order at all
     # (it differs between plans, e.g. one server and a Citus worker)
-    fresh = [Candidate(row=rows[place], rrf_score=0.0) for place in sorted(rows)]
+    fresh = [Candidate(row=row, rrf_score=0.0) for place, row in sorted(found.items()) if row.id not in known]
+    entering = {c.row.id: c for c in fresh}
+    # only placed memories are lifted, and lift reads only their scores
+    added = lift({key: known[key].rrf_score for key in places if key in known}, places, a, b)
+    for key, extra in added.items():
+        c = known[key] if key in known else entering[key]
+        c.context = extra
+        c.rrf_score += extra
     everything = candidates + fresh
-    for c in candidates:
-        c.boost /= top  # the boost is on the fused score's scale, which this stage divides by its top
-    for c in everything:
-        c.context = added.get(c.row.id, 0.0)
-        c.rrf_score = scores.get(c.row.id, 0.0) + c.context
     everything.sort(key=lambda c: -c.rrf_score)
     for i, c in enumerate(everything, start=1):
         c.rrf_rank = i

@@ -178,12 +178,17 @@ def expansion_sql(
         f"FROM ({' UNION ALL '.join(parts)}) p GROUP BY cand_id "
         "HAVING sum(admits) > 0)"
     )
+    # Best first, each candidate's row read through a lateral join that keeps that order, so the
+    # LIMIT stops reading rows once it has its ``:limit`` that pass the filter (before, every
+    # candidate's row was read and sorted: 1,067 rows for 300 at 10k memories).
     sql = (
         f"WITH {', '.join(ctes)} "
-        f"SELECT {COLUMNS}, tanh(0.5 * scored.shared) + scored.sem + scored.causal AS graph_score "
-        "FROM scored JOIN memory_units ON memory_units.id = scored.cand_id "
-        f"WHERE {where} AND memory_units.id NOT IN (SELECT seed_id FROM seeds) "
-        "ORDER BY graph_score DESC, memory_units.id DESC LIMIT :limit"
+        f"SELECT {COLUMNS}, ranked.graph_score FROM ("
+        "SELECT cand_id, tanh(0.5 * shared) + sem + causal AS graph_score FROM scored "
+        "WHERE cand_id NOT IN (SELECT seed_id FROM seeds) ORDER BY graph_score DESC, cand_id DESC) ranked "
+        f"CROSS JOIN LATERAL (SELECT {COLUMNS} FROM memory_units WHERE memory_units.id = ranked.cand_id "
+        f"AND {where}) memory_units "
+        "ORDER BY ranked.graph_score DESC, ranked.cand_id DESC LIMIT :limit"
     )
     return sql, params
 
