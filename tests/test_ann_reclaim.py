@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 from hindsight_recall import Engine
+from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import ann, banks
 from hindsight_recall.testing.slots import exact_world, load, nearest_world, synthetic, world_context
@@ -304,7 +305,7 @@ async def test_the_services_deletes_give_slots_back(make_settings: Callable[...,
         stack = contextlib.ExitStack()
         url = await asyncio.to_thread(stack.enter_context, _service(engine.settings))
         try:
-            async with httpx.AsyncClient(base_url=f"{url}/v1/default/banks", timeout=120) as http:
+            async with httpx.AsyncClient(headers=EXTRAS, base_url=f"{url}/v1/default/banks", timeout=120) as http:
                 # a document's memories deleted: 10 left, half the threshold, and the slot stays
                 assert (await http.delete("/documents/documents/most")).status_code == 200
                 assert set((await _claims(engine))[0]) == {"documents", "typed", "whole"}

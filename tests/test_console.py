@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import load_settings
 
 KEY = "console-key-1"
@@ -48,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def http(server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with httpx.Client(base_url=server.url, timeout=120, headers=EXTRAS) as c:
         yield c
 
 

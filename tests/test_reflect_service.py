@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import openai_reply, openai_routes
@@ -93,7 +94,7 @@ def prompt(llm: FixtureServer, index: int = -1) -> str:
 
 
 def post(service: str, bank: str, body: Any) -> httpx.Response:
-    return httpx.post(f"{service}/v1/default/banks/{bank}/reflect", json=body, timeout=30)
+    return httpx.post(f"{service}/v1/default/banks/{bank}/reflect", json=body, timeout=30, headers=EXTRAS)
 
 
 def test_reflect_answers_from_the_recalled_memories(client: Any, bank: str, llm: FixtureServer) -> None:
@@ -275,7 +276,7 @@ def test_bad_input_is_refused_naming_the_field(service: str, bank: str, llm: Fix
 
 
 def test_malformed_json_and_unknown_banks(service: str) -> None:
-    raw = httpx.post(f"{service}/v1/default/banks/x/reflect", content=b"{nope", timeout=30)
+    raw = httpx.post(f"{service}/v1/default/banks/x/reflect", content=b"{nope", timeout=30, headers=EXTRAS)
     assert raw.status_code == 400 and raw.json()["code"] == "malformed_json"
     assert post(service, f"nobody-{uuid.uuid4().hex[:8]}", {"query": "a"}).status_code == 404
 
@@ -298,11 +299,11 @@ def test_without_an_llm_reflect_is_a_501_and_recall_still_works(bare: str) -> No
         with pytest.raises(ApiException) as refused:
             c.reflect(bank_id, "Where does Alice work?")
     assert refused.value.status == 501
-    error = json.loads(refused.value.body)
-    assert error["code"] == "llm_not_configured"
+    error = json.loads(refused.value.body)  # upstream's error shape: the message as detail
+    assert post(bare, bank_id, {"query": "Q"}).json()["code"] == "llm_not_configured"
     for setting in ("HINDSIGHT_API_LLM_PROVIDER", "HINDSIGHT_API_LLM_MODEL", "HINDSIGHT_API_LLM_API_KEY",
                     "HINDSIGHT_API_LLM_BASE_URL"):
-        assert setting in error["message"]
+        assert setting in error["detail"]
     assert post(bare, bank_id, {"query": "   "}).status_code == 501
 
 

@@ -22,6 +22,7 @@ from hindsight_client_api.models import (  # noqa: E402
     DispositionTraits,
     UpdateDispositionRequest,
 )
+from hindsight_recall.service.wire import EXTRAS  # noqa: E402
 
 B = "/v1/default/banks"
 
@@ -48,7 +49,7 @@ def client(service_url: str) -> Iterator[Any]:
 
 @pytest.fixture
 def http(service_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=service_url, timeout=120) as c:
+    with httpx.Client(headers=EXTRAS, base_url=service_url, timeout=120) as c:
         yield c
 
 

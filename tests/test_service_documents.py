@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 
 hindsight_client = pytest.importorskip("hindsight_client")
 from hindsight_client_api import ApiClient, Configuration  # noqa: E402
@@ -47,7 +48,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def http(server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with httpx.Client(headers=EXTRAS, base_url=server.url, timeout=120) as c:
         yield c
 
 

@@ -17,6 +17,7 @@ import httpx  # noqa: E402
 from hindsight_client.hindsight_client import _run_async  # noqa: E402
 from hindsight_client_api.exceptions import ApiException  # noqa: E402
 from hindsight_client_api.models import UpdateMemoryRequest  # noqa: E402
+from hindsight_recall.service.wire import EXTRAS  # noqa: E402
 
 B = "/v1/default/banks"
 ITEMS = [
@@ -57,7 +58,7 @@ def client(service_url: str) -> Iterator[Any]:
 
 @pytest.fixture
 def http(service_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=service_url, timeout=120) as c:
+    with httpx.Client(headers=EXTRAS, base_url=service_url, timeout=120) as c:
         yield c
 
 

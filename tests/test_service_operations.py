@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 
 hindsight_client = pytest.importorskip("hindsight_client")
 
@@ -42,7 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def http(server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=60) as c:
+    with httpx.Client(headers=EXTRAS, base_url=server.url, timeout=60) as c:
         yield c
 
 
@@ -435,7 +436,7 @@ async def test_a_server_without_workers_runs_no_operations() -> None:
 
     settings = load_settings(reranker_provider="rrf", service_operation_workers=0)
     app = create_app(settings)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", headers=EXTRAS) as c:
         assert (await c.get("/version")).json()["features"]["worker"] is False
     worker = Worker(app.app.state.engine)
     assert worker.slots == 0
@@ -507,7 +508,7 @@ def test_two_servers_drain_one_queue_running_each_operation_once(shared_url: str
     try:
         for server in servers:
             server.start()
-        clients = [httpx.Client(base_url=s.url, timeout=60) for s in servers]
+        clients = [httpx.Client(headers=EXTRAS, base_url=s.url, timeout=60) for s in servers]
         queued: list[tuple[str, str]] = []
         banks = [new_bank() for _ in range(8)]
         for round_ in range(3):
@@ -531,7 +532,7 @@ def test_a_killed_servers_operation_is_taken_again_after_its_lease(shared_url: s
     first = serve(shared_url, tmp_path, "killed").start()
     bank_id, n = new_bank(), PROCESS_CHUNK * 30
     try:
-        with httpx.Client(base_url=first.url, timeout=60) as http:
+        with httpx.Client(headers=EXTRAS, base_url=first.url, timeout=60) as http:
             operation_id = queue(http, bank_id, items(n, per_document=PROCESS_CHUNK))
             wait_until_running(http, bank_id, operation_id)
     finally:
@@ -540,7 +541,7 @@ def test_a_killed_servers_operation_is_taken_again_after_its_lease(shared_url: s
     assert stranded["status"] == "processing" and stranded["attempts"] == 1 and stranded["processed"] < n
     second = serve(shared_url, tmp_path, "survivor").start()
     try:
-        with httpx.Client(base_url=second.url, timeout=60) as http:
+        with httpx.Client(headers=EXTRAS, base_url=second.url, timeout=60) as http:
             done = wait_for(http, bank_id, operation_id, timeout=300)
             assert done["attempts"] == 2 and total(http, bank_id) == n
             assert done["result_metadata"]["worker_id"].split(":")[1] == str(second.process.pid)
@@ -552,7 +553,7 @@ def test_sigterm_during_a_big_async_retain_stops_at_once_and_it_resumes(shared_u
     first = serve(shared_url, tmp_path, "stopped").start()
     bank_id, n = new_bank(), PROCESS_CHUNK * 40
     try:
-        with httpx.Client(base_url=first.url, timeout=60) as http:
+        with httpx.Client(headers=EXTRAS, base_url=first.url, timeout=60) as http:
             operation_id = queue(http, bank_id, items(n, per_document=PROCESS_CHUNK))
             wait_until_running(http, bank_id, operation_id)
     finally:
@@ -567,7 +568,7 @@ def test_sigterm_during_a_big_async_retain_stops_at_once_and_it_resumes(shared_u
     assert stored % PROCESS_CHUNK == 0 and handed_back["processed"] <= stored < n  # whole chunks, nothing half
     second = serve(shared_url, tmp_path, "restarted").start()
     try:
-        with httpx.Client(base_url=second.url, timeout=60) as http:
+        with httpx.Client(headers=EXTRAS, base_url=second.url, timeout=60) as http:
             done = wait_for(http, bank_id, operation_id, timeout=300)
             assert done["attempts"] == 2 and total(http, bank_id) == n
     finally:

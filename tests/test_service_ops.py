@@ -16,6 +16,7 @@ import pytest
 from hindsight_recall.errors import DatabaseError
 from hindsight_recall.service.errors import classify, error_response
 from hindsight_recall.service.metrics import ServiceMetrics
+from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import load_settings
 
 KEY = "s3cret-key"
@@ -41,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def http(server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as c:
+    with httpx.Client(base_url=server.url, headers={**AUTH, **EXTRAS}, timeout=60) as c:
         yield c
 
 
@@ -69,8 +70,9 @@ def recall_path(bank: str) -> str:
 # ---- authentication ------------------------------------------------------------------------------
 
 def test_requests_without_the_key_are_refused(server: Any, bank: str) -> None:
-    assert_error(httpx.post(server.url + recall_path(bank), json={"query": "Alice"}), 401, "unauthorized")
-    wrong = {"Authorization": "Bearer nope"}
+    assert_error(httpx.post(server.url + recall_path(bank), json={"query": "Alice"}, headers=EXTRAS), 401,
+                 "unauthorized")
+    wrong = {"Authorization": "Bearer nope", **EXTRAS}
     assert_error(httpx.get(server.url + "/v1/default/banks", headers=wrong), 401, "unauthorized")
 
 
@@ -191,7 +193,7 @@ def test_a_defect_is_a_json_500_without_secrets(server: Any, http: httpx.Client,
 def test_database_errors_are_503_and_redacted() -> None:
     error = classify(DatabaseError("cannot connect to postgresql://app:hunter2@db/mem"))
     assert (error.status, error.code) == (503, "database_unavailable")
-    response = error_response(error.status, error.code, error.message)
+    response = error_response(error, {})
     assert b"hunter2" not in response.body
 
 
@@ -235,7 +237,7 @@ async def test_not_ready_until_the_engine_is_loaded(tmp_path: Path) -> None:
     from hindsight_recall.service.app import create_app
 
     app = create_app(load_settings(embedded_data_dir=tmp_path / "never-started", reranker_provider="rrf"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", headers=EXTRAS) as c:
         assert (await c.get("/health/live")).status_code == 200
         ready = await c.get("/health/ready")
         assert ready.status_code == 503 and ready.headers["Retry-After"]

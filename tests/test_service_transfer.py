@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 
 hindsight_client = pytest.importorskip("hindsight_client")
 from hindsight_client_api.exceptions import ApiException  # noqa: E402
@@ -58,7 +59,7 @@ def service_url(server: Any) -> str:
 
 @pytest.fixture
 def http(service_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=service_url, timeout=120) as c:
+    with httpx.Client(headers=EXTRAS, base_url=service_url, timeout=120) as c:
         yield c
 
 
@@ -423,7 +424,7 @@ def test_alias_changes_reach_other_processes(server: Any, http: httpx.Client) ->
     alias = f"al-{uuid.uuid4().hex[:8]}"
     other = ServerThread(load_settings(database_url=server.engine.db.url, reranker_provider="rrf")).start()
     try:
-        with httpx.Client(base_url=other.url, timeout=60) as second:
+        with httpx.Client(headers=EXTRAS, base_url=other.url, timeout=60) as second:
             assert second.get(f"/v1/default/banks/{alias}/stats").status_code == 404  # starts its listener
             time.sleep(0.5)
             http.post(f"/v1/default/banks/{bank}/aliases", json={"alias": alias}).raise_for_status()

@@ -11,7 +11,7 @@ import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AliasChoices,
@@ -246,6 +246,13 @@ class Settings(BaseSettings, BankSettings):
     archive_max_entries: int = Field(100_000, ge=1)
     #: the deepest an archive's JSON may nest (a document, a line of links, the manifest)
     archive_max_depth: int = Field(32, ge=4, le=900)
+    #: webhook deliveries this process makes at once (their own lane of the queue)
+    webhook_delivery_workers: int = Field(4, ge=1)
+    #: seconds before each new attempt of a failed delivery; one attempt more than delays in all
+    webhook_retry_delays: tuple[Annotated[float, Field(ge=0)], ...] = (5, 300, 1800, 7200, 18000)
+    #: hosts a webhook may name although they are private, loopback or link-local addresses
+    #: (comma-separated); others are refused when the webhook is registered
+    webhook_allowed_hosts: str = ""
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True
     #: seconds a console login lasts (its cookie holds a signed token, never the key)

@@ -29,6 +29,9 @@ from typing import Any
 
 import httpx
 
+#: asks the service for its own fields besides upstream's (docs/service.md): each operation's ``attempts``
+EXTRAS = {"X-Hindsight-Recall-Extras": "1"}
+
 
 def _items(n: int, tag: str) -> list[dict[str, Any]]:
     return [{"content": f"{tag} note {i}: the courier left parcel {i} at gate {i % 97} before noon."}
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"async: answered in {a['answer_seconds']} s, completed in {a['complete_seconds']} s "
                   f"({a['items_per_second']}/s), {a['stored']} stored", flush=True)
         servers[1].start()
-        clients = [httpx.Client(base_url=s.url, timeout=600) for s in servers]
+        clients = [httpx.Client(base_url=s.url, timeout=600, headers=EXTRAS) for s in servers]
         try:
             report["two_servers"] = bench_two_servers(clients, [s.process.pid for s in servers], args.operations,
                                                       args.banks, args.operation_items)

@@ -63,7 +63,7 @@ def disposition_lines(disposition: Mapping[str, Any]) -> list[str]:
 def system_prompt(profile: Mapping[str, Any], structured: bool) -> str:
     """The system prompt for a bank.
 
-    :param profile: the bank's profile (``name``, ``mission``, ``disposition``).
+    :param profile: the bank's profile (``name``, ``mission``, ``disposition``, and the ``directives`` that apply).
     :param structured: the reply also carries ``structured_output``.
     """
     mission = (profile.get("mission") or "").strip()
@@ -71,6 +71,10 @@ def system_prompt(profile: Mapping[str, Any], structured: bool) -> str:
     disposition = disposition_lines(profile.get("disposition") or {})
     if disposition:
         lines += ["", *disposition]
+    rules = profile.get("directives") or ()
+    if rules:
+        lines += ["", "## Directives", "Follow these rules in every answer, the first ones first:",
+                  *(f"- {rule['name']}: {rule['content']}" for rule in rules)]
     shape = '{"answer": "...", "memory_ids": ["..."]' + (', "structured_output": {...}}' if structured else "}")
     lines += [
         "", "## How to answer",

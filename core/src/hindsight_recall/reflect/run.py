@@ -21,7 +21,7 @@ from ..errors import BankNotFound
 from ..llm.errors import LLMOutputError
 from ..llm.select import create_llm
 from ..llm.types import ChatReply, ChatRequest, Usage
-from ..store import banks
+from ..store import banks, directives
 from .answer import Answer, check_response_schema, read_reply
 from .prompt import first_request, repair_request
 
@@ -96,7 +96,7 @@ class Reflector:
         }
         timings = Timings()
         recalled, profile = await asyncio.gather(self._recall(bank_id, question, options, timings),
-                                                 self._profile(bank_id))
+                                                 self._profile(bank_id, tags))
         memories = recalled["results"]
         ids = [m["id"] for m in memories]
         request = first_request(profile, question, memories, datetime.now(UTC), max_tokens, schema)
@@ -122,12 +122,14 @@ class Reflector:
         timings.recall = time.perf_counter() - began
         return result
 
-    async def _profile(self, bank_id: str) -> dict[str, Any]:
+    async def _profile(self, bank_id: str, tags: Sequence[str] | None) -> dict[str, Any]:
+        """The bank's profile with the directives that apply to the question's tags (untagged ones always)."""
         async with self.engine.db.connect() as conn:
             profile = await banks.bank_profile(conn, bank_id)
-        if profile is None:
-            raise BankNotFound(bank_id)
-        return profile
+            if profile is None:
+                raise BankNotFound(bank_id)
+            rules = await directives.active(conn, bank_id, tags)
+        return {**profile, "directives": rules}
 
     async def _ask(self, llm: LLMProvider, request: ChatRequest, timings: Timings) -> ChatReply:
         began = time.perf_counter()

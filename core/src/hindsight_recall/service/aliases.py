@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InvalidRequest
@@ -27,6 +27,7 @@ from .base import bank_of, body_of, endpoint, engine_of
 from .errors import ServiceError
 from .ops import ASGIApp, Message, Receive, Scope, Send
 from .schemas import CreateAliasBody, SetAliasPrimaryBody
+from .wire import answer
 
 log = logging.getLogger("hindsight_recall.service")
 
@@ -131,8 +132,8 @@ class AliasRouting:
         await self.app(scope, receive, send_refreshed)
 
 
-def _answer(bank_id: str, listed: list[dict[str, Any]], status: int = 200) -> JSONResponse:
-    return JSONResponse({"bank_id": bank_id, "aliases": listed}, status_code=status)
+def _answer(request: Request, bank_id: str, listed: list[dict[str, Any]], status: int = 200) -> Response:
+    return answer(request, "BankAliasesResponse", {"bank_id": bank_id, "aliases": listed}, status)
 
 
 async def _aliases_after(request: Request, change: Any, status: int = 200) -> Response:
@@ -152,7 +153,7 @@ async def _aliases_after(request: Request, change: Any, status: int = 200) -> Re
         else:
             await aliases.require_bank(conn, bank_id)
         listed = await aliases.list_aliases(conn, bank_id)
-    return _answer(bank_id, listed, status)
+    return _answer(request, bank_id, listed, status)
 
 
 @endpoint

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -28,6 +29,7 @@ from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
 from .routes import api_routes
+from .wire import answer
 from .worker import Worker
 
 log = logging.getLogger("hindsight_recall.service")
@@ -51,20 +53,32 @@ async def health(request: Request) -> Response:
                         headers={"Retry-After": "2"})
 
 
+#: when this process started, for the liveness probe's ``uptime_seconds``
+STARTED = time.monotonic()
+
+
+def _server() -> dict[str, str]:
+    """Ours beside upstream's version fields: what answers (with the extras header)."""
+    return {"server": "hindsight-recall", "server_version": _version()}
+
+
 async def live(request: Request) -> Response:
-    return JSONResponse({"status": "alive"})
+    """Upstream's liveness probe: the process answers; no database access."""
+    return answer(request, "LivenessResponse", {
+        "status": "alive", "version": UPSTREAM_API_VERSION,
+        "uptime_seconds": round(time.monotonic() - STARTED, 1), **_server()})
 
 
 async def version_info(request: Request) -> Response:
-    return JSONResponse({
+    """Upstream's feature flags, true for what this server serves."""
+    return answer(request, "VersionResponse", {
         "api_version": UPSTREAM_API_VERSION,
         "features": {"observations": False, "mcp": request.app.state.mcp,
                      "worker": request.app.state.worker.slots > 0, "bank_config_api": True,
-                     "bank_llm_health": False, "file_upload_api": False, "document_export_api": False,
-                     "document_import_api": False, "audit_log": False, "llm_trace": False,
+                     "bank_llm_health": False, "file_upload_api": False, "document_export_api": True,
+                     "document_import_api": True, "audit_log": False, "llm_trace": False,
                      "store_document_text": True},
-        # ours
-        "server": "hindsight-recall", "server_version": _version(),
+        **_server(),
     })
 
 

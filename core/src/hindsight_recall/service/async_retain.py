@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ..engine import Engine
 from ..errors import RetainError
@@ -27,8 +27,9 @@ from ..store import banks, operations
 from ..store.db import database_errors
 from .base import body_of
 from .errors import ServiceError
-from .items import appended, build_memory, item_text, placements
+from .items import appended, build_memory, item_tags, item_text, placements
 from .schemas import RetainBody
+from .wire import answer
 
 #: the operation type of a queued retain (upstream's name for the work of a retain)
 RETAIN = "retain"
@@ -114,7 +115,7 @@ async def submit(request: Request, engine: Engine, bank_id: str, body: RetainBod
     if worker is not None:
         worker.wake()
     items = replay if replay is not None else len(body.items)
-    return JSONResponse({"success": True, "bank_id": bank_id, "items_count": items, "async": True,
+    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": items, "async": True,
                          "operation_id": str(operation_id), "operation_ids": None, "usage": None})
 
 
@@ -158,8 +159,9 @@ def spans(where: Sequence[tuple[int, str, int]], chunk_items: int) -> list[tuple
 
 
 async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[str], Awaitable[None]],
-              checkpoint: Checkpoint, chunk_items: int) -> dict[str, Any]:
-    """Do the queued retain from where it stopped; returns what goes in the operation's result.
+              checkpoint: Checkpoint, chunk_items: int) -> tuple[dict[str, Any], list[tuple[str, tuple[str, ...]]]]:
+    """Do the queued retain from where it stopped; returns what goes in the operation's result, and each
+    item's document and tags (what its ``retain.completed`` event tells).
 
     Each run of whole documents (:func:`spans`) is one transaction, and the progress recorded with it
     is in that transaction too: a document is never half written, nor a run written and not counted.
@@ -190,4 +192,5 @@ async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[s
         stats = await engine.retain_many({op.bank_id: part}, progress=False,
                                          replace_documents={op.bank_id: documents}, within=counted)
         removed += stats.removed
-    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}
+    retained = [(document_id, item_tags(body, index)) for index, document_id, _ in where]
+    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}, retained

@@ -15,6 +15,7 @@ from ..store import bank_reads, banks
 from ..types import FACT_TYPES
 from .base import bank_of, body_of, endpoint, engine_of, int_query, text_query
 from .schemas import BANK_TOGGLES, BackgroundBody, BankConfigBody, CreateBankBody, DispositionBody
+from .wire import answer
 
 #: CreateBankBody fields stored in the bank's profile (``background`` and ``reflect_mission`` are
 #: upstream's other names for the mission)
@@ -22,10 +23,10 @@ PROFILE_FIELDS = {"name": "name", "mission": "mission", "background": "mission",
 TRAITS = ("skepticism", "literalism", "empathy")
 
 
-def _profile(profile: dict[str, Any], ignored: list[str] | None = None) -> JSONResponse:
+def _profile(request: Request, profile: dict[str, Any], ignored: list[str] | None = None) -> JSONResponse:
     headers = {"X-Hindsight-Ignored-Fields": ",".join(ignored)} if ignored else None
-    return JSONResponse({k: profile[k] for k in ("bank_id", "name", "disposition", "mission", "background")},
-                        headers=headers)
+    return answer(request, "BankProfileResponse", {
+        k: profile[k] for k in ("bank_id", "name", "disposition", "mission", "background")}, headers=headers)
 
 
 def profile_changes(given: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +46,7 @@ async def list_banks(request: Request) -> Response:
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
     async with engine_of(request).db.connect() as conn:
         page, total = await bank_reads.bank_page(conn, search=search, limit=limit, offset=offset)
-    return JSONResponse({"banks": page, "total": total, "limit": limit, "offset": offset})
+    return answer(request, "BankListResponse", {"banks": page, "total": total, "limit": limit, "offset": offset})
 
 
 @endpoint
@@ -55,7 +56,7 @@ async def get_bank(request: Request) -> Response:
         profile = await banks.bank_profile(conn, bank_id)
     if profile is None:
         raise BankNotFound(bank_id)
-    return _profile(profile)
+    return _profile(request, profile)
 
 
 async def _write_bank(request: Request, create: bool) -> Response:
@@ -74,7 +75,7 @@ async def _write_bank(request: Request, create: bool) -> Response:
         profile = await banks.set_bank_profile(conn, bank_id, changes)
         if toggles:
             await banks.set_bank_config(conn, bank_id, toggles)
-    return _profile(profile, sorted(set(given) - used))
+    return _profile(request, profile, sorted(set(given) - used))
 
 
 @endpoint
@@ -96,7 +97,7 @@ async def put_profile(request: Request) -> Response:
     body: DispositionBody = await body_of(request, DispositionBody)
     async with engine_of(request).db.connect() as conn:
         profile = await banks.set_bank_profile(conn, bank_id, {"disposition": body.disposition.model_dump()})
-    return _profile(profile)
+    return _profile(request, profile)
 
 
 @endpoint
@@ -110,8 +111,8 @@ async def add_background(request: Request) -> Response:
         before = (current or {}).get("mission") or ""
         mission = f"{before}\n\n{body.content}" if before.strip() else body.content
         profile = await banks.set_bank_profile(conn, bank_id, {"mission": mission})
-    return JSONResponse({"mission": profile["mission"], "background": profile["mission"],
-                         "disposition": profile["disposition"]})
+    return answer(request, "BackgroundResponse", {"mission": profile["mission"], "background": profile["mission"],
+                                                  "disposition": profile["disposition"]})
 
 
 @endpoint
@@ -123,8 +124,9 @@ async def delete_bank(request: Request) -> Response:
     deleted = 0
     if stats is not None and await engine.delete_bank(bank_id):
         deleted = stats["memories"] + stats["entities"] + stats["documents"]
-    return JSONResponse({"success": True, "message": f"Bank '{bank_id}' and all associated data deleted successfully",
-                         "deleted_count": deleted})
+    return answer(request, "DeleteResponse", {
+        "success": True, "message": f"Bank '{bank_id}' and all associated data deleted successfully",
+        "deleted_count": deleted})
 
 
 @endpoint
@@ -138,7 +140,7 @@ async def bank_stats(request: Request) -> Response:
         by_link = await bank_reads.link_counts(conn, bank_id)
         written = await bank_reads.last_write(conn, bank_id)
     by_type = {t: stats["by_type"].get(t, 0) for t in FACT_TYPES}
-    return JSONResponse({
+    return answer(request, "BankStatsResponse", {
         "bank_id": bank_id, "total_nodes": stats["memories"], "total_links": stats["links"],
         "total_documents": stats["documents"], "nodes_by_fact_type": by_type, "links_by_link_type": by_link,
         # not computed: a join of every link with its memory, too dear for a stats call on a large bank
@@ -164,8 +166,9 @@ async def memories_timeseries(request: Request) -> Response:
         if await banks.bank_config(conn, bank_id) is None:
             raise BankNotFound(bank_id)
         buckets = await bank_reads.memories_timeseries(conn, bank_id, period, time_field, datetime.now(UTC))
-    return JSONResponse({"bank_id": bank_id, "period": period, "trunc": bank_reads.PERIODS[period][0],
-                         "time_field": time_field, "buckets": buckets})
+    return answer(request, "MemoriesTimeseriesResponse", {
+        "bank_id": bank_id, "period": period, "trunc": bank_reads.PERIODS[period][0], "time_field": time_field,
+        "buckets": buckets})
 
 
 async def _config(request: Request, change: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Response:
@@ -179,7 +182,7 @@ async def _config(request: Request, change: Callable[[dict[str, Any]], dict[str,
         if change is not None:
             overrides = await banks.set_bank_config(conn, bank_id, change(overrides))
     resolved = {**engine.settings.bank_values(), **overrides}
-    return JSONResponse({"bank_id": bank_id, "config": resolved, "overrides": overrides})
+    return answer(request, "BankConfigResponse", {"bank_id": bank_id, "config": resolved, "overrides": overrides})
 
 
 @endpoint

@@ -26,7 +26,7 @@ def endpoint(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except Exception as exc:
-            return respond_to(exc, request.url.path)
+            return respond_to(exc, request.scope)
 
     return wrapped
 
@@ -96,8 +96,25 @@ def choice_query(request: Request, name: str, choices: tuple[str, ...], default:
     return value
 
 
+def flag_query(request: Request, name: str, default: bool = False) -> bool:
+    """A boolean query parameter (``true``/``false``/``1``/``0``): 422 naming it otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false", "1", "0"):
+        raise ServiceError(422, "invalid_request", f"{name}: must be true or false, got {raw[:40]!r}")
+    return raw.lower() in ("true", "1")
+
+
 def engine_of(request: Request) -> Engine:
     return request.app.state.engine  # type: ignore[no-any-return]
+
+
+def wake_worker(request: Request) -> None:
+    """Have this process's queue worker look at the queue now (an operation was just queued)."""
+    worker = getattr(request.app.state, "worker", None)
+    if worker is not None:
+        worker.wake()
 
 
 def bank_of(request: Request) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import RecallError
+from .wire import EXTRAS
 
 #: the environment variables the command line reads for ``--url`` and ``--api-key``
 URL_ENV = "HINDSIGHT_RECALL_URL"
@@ -36,7 +37,8 @@ class ServiceClient:
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300) -> None:
         import httpx
 
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # this project's own fields and error codes (forget branches on ``memory_not_found``)
+        headers = {**EXTRAS, **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self.url = url.rstrip("/")
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 

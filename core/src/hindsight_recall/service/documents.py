@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
@@ -15,6 +15,7 @@ from ._params import bounded_int, checked_text, date_query, path_text, tags_matc
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, _Body
+from .wire import answer
 
 #: the most documents or chunks one page holds
 MAX_PAGE = 10_000
@@ -49,7 +50,7 @@ async def list_documents(request: Request) -> Response:
             if await banks.bank_config(conn, bank_id) is None:
                 raise BankNotFound(bank_id)
             page = await documents.list_documents(conn, bank_id, **options)
-    return JSONResponse(page)
+    return answer(request, "ListDocumentsResponse", page)
 
 
 @endpoint
@@ -60,7 +61,7 @@ async def get_document(request: Request) -> Response:
             found = await documents.get_document(conn, bank_id, document_id)
     if found is None:
         raise _not_found(document_id)
-    return JSONResponse(found)
+    return answer(request, "DocumentResponse", found)
 
 
 @endpoint
@@ -77,7 +78,7 @@ async def update_document(request: Request) -> Response:
         async with engine_of(request).db.connect() as conn:
             if not await documents.set_tags(conn, bank_id, document_id, tags):
                 raise _not_found(document_id)
-    return JSONResponse({"success": True})
+    return answer(request, "UpdateDocumentResponse", {"success": True})
 
 
 @endpoint
@@ -86,7 +87,7 @@ async def delete_document(request: Request) -> Response:
     removed = await engine_of(request).delete_document(bank_id, document_id)
     if removed is None:
         raise _not_found(document_id)
-    return JSONResponse({
+    return answer(request, "DeleteDocumentResponse", {
         "success": True, "document_id": document_id, "memory_units_deleted": removed,
         "message": f"Document '{document_id}' and {removed} associated memory units deleted successfully",
     })
@@ -102,7 +103,7 @@ async def list_chunks(request: Request) -> Response:
             page = await chunks.document_chunks(conn, bank_id, document_id, limit=limit, offset=offset)
     if page is None:
         raise _not_found(document_id)
-    return JSONResponse(page)
+    return answer(request, "ListChunksResponse", page)
 
 
 @endpoint
@@ -125,7 +126,7 @@ async def get_chunk(request: Request) -> Response:
             found = await chunks.get_chunk(conn, chunk_id)
     if found is None:
         raise ServiceError(404, "chunk_not_found", f"Chunk {chunk_id!r} not found")
-    return JSONResponse(found)
+    return answer(request, "ChunkResponse", found)
 
 
 def routes(banks_path: str) -> list[Route]:

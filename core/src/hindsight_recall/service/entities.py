@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
@@ -16,6 +16,7 @@ from ..store.db import database_errors
 from ._params import bounded_int, path_text, tags_match_query, tags_query
 from .base import bank_of, endpoint, engine_of, text_query
 from .errors import ServiceError
+from .wire import answer
 
 #: the most entities, memories or edges one answer holds
 MAX_PAGE = 10_000
@@ -34,7 +35,7 @@ async def list_entities(request: Request) -> Response:
                 raise BankNotFound(bank_id)
             page = await entities.list_entities(conn, bank_id, search=search, tags=tags, tags_match=tags_match,
                                                 limit=limit, offset=offset)
-    return JSONResponse(page)
+    return answer(request, "EntityListResponse", page)
 
 
 @endpoint
@@ -54,7 +55,7 @@ async def get_entity(request: Request) -> Response:
                                               memories=limit)
     if found is None:
         raise ServiceError(404, "entity_not_found", f"Entity {raw} not found")
-    return JSONResponse(found)
+    return answer(request, "EntityDetailResponse", found)
 
 
 @endpoint
@@ -69,7 +70,7 @@ async def entity_graph(request: Request) -> Response:
                 raise BankNotFound(bank_id)
             graph = await entities.entity_graph(conn, bank_id, limit=limit, min_count=min_count, tags=tags,
                                                 tags_match=tags_match)
-    return JSONResponse(graph)
+    return answer(request, "EntityGraphResponse", graph)
 
 
 def routes(banks_path: str) -> list[Route]:

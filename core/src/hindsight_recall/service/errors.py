@@ -1,12 +1,15 @@
-"""Every error the service answers is JSON with a stable ``code`` and a ``message``; never a traceback.
+"""Every error the service answers is JSON, never a traceback, in upstream Hindsight's (FastAPI's) shape.
 
-The body is ``{"code": ..., "message": ..., "detail": ...}``: ``detail`` repeats the message under the
-key upstream Hindsight's (FastAPI) errors use, so clients written for upstream show it too.
+By default the body is upstream's: ``{"detail": "<message>"}``, and for a 422 its validation error list,
+``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``. A caller that asks for this project's extras
+(:data:`~.wire.EXTRAS_HEADER`) gets ``{"code": ..., "message": ..., "detail": ...}``: a stable ``code``
+to branch on, and the message under both keys.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,6 +28,7 @@ from ..errors import (
     RetainError,
 )
 from ..settings import redact
+from .wire import wants_extras
 
 log = logging.getLogger("hindsight_recall.service")
 
@@ -33,17 +37,29 @@ CONFLICT_SQLSTATES = frozenset({"23505", "40001", "40P01"})
 
 
 class ServiceError(Exception):
-    """An error the service answers as it is: an HTTP status, a stable code and a message."""
+    """An error the service answers as it is: an HTTP status, a stable code and a message.
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    :param problems: a 422's invalid fields in upstream's form (``loc``, ``msg``, ``type``), when known.
+    """
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None,
+                 problems: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+        self.problems = problems
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The JSON error body every failure gets."""
-    message = redact(message)
-    return JSONResponse({"code": code, "message": message, "detail": message}, status_code=status, headers=headers)
+def error_response(error: ServiceError, scope: Mapping[str, Any]) -> JSONResponse:
+    """The JSON body ``error`` gets, in the shape the request asked for (see the module docstring)."""
+    message = redact(error.message)
+    if wants_extras(scope):
+        body: dict[str, Any] = {"code": error.code, "message": message, "detail": message}
+    elif error.status == 422:
+        body = {"detail": [{**p, "msg": redact(p["msg"])} for p in error.problems or ()]
+                or [{"loc": ["body"], "msg": message, "type": error.code}]}
+    else:
+        body = {"detail": message}
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -60,7 +76,9 @@ def classify(exc: BaseException) -> ServiceError:
     if isinstance(exc, ServiceError):
         return exc
     if isinstance(exc, ValidationError):
-        return ServiceError(422, "invalid_request", validation_message(exc))
+        problems = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
+                    for err in exc.errors(include_url=False, include_input=False, include_context=False)]
+        return ServiceError(422, "invalid_request", validation_message(exc), problems=problems)
     if isinstance(exc, BankNotFound):
         return ServiceError(404, "bank_not_found", str(exc))
     if isinstance(exc, MemoryNotFound):
@@ -87,13 +105,13 @@ def classify(exc: BaseException) -> ServiceError:
     return ServiceError(500, "internal_error", "internal error; the server log has the details")
 
 
-def respond_to(exc: BaseException, request_id: str = "") -> JSONResponse:
+def respond_to(exc: BaseException, scope: Mapping[str, Any]) -> JSONResponse:
     """The response for ``exc``; unexpected errors are logged with their traceback (server side only)."""
     error = classify(exc)
     if error.status >= 500 and error.code == "internal_error":
-        log.error("request %s failed: %s", request_id, redact(f"{type(exc).__name__}: {exc}"),
+        log.error("request %s failed: %s", scope.get("path", ""), redact(f"{type(exc).__name__}: {exc}"),
                   exc_info=(type(exc), exc, exc.__traceback__))
-    return error_response(error.status, error.code, error.message, error.headers)
+    return error_response(error, scope)
 
 
 def as_text(value: Any) -> str:
@@ -108,4 +126,4 @@ async def http_error(request: Request, exc: Exception) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
     detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
     message = f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail)
-    return error_response(status, code, message)
+    return error_response(ServiceError(status, code, message), request.scope)

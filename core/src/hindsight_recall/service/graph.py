@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
@@ -19,6 +19,7 @@ from ..store.graph import MAX_EDGES, GraphPage, graph_page
 from ..types import FACT_TYPES
 from ._params import bounded_int, tags_match_query, tags_query
 from .base import bank_of, choice_query, endpoint, engine_of, text_query
+from .wire import answer
 
 #: the most memories one graph holds
 MAX_NODES = 100_000
@@ -166,7 +167,7 @@ async def get_graph(request: Request) -> Response:
             if await banks.bank_config(conn, bank_id) is None:
                 raise BankNotFound(bank_id)
             page = await graph_page(conn, bank_id, **options)
-    return JSONResponse(assemble(page, options["limit"]))
+    return answer(request, "GraphDataResponse", assemble(page, options["limit"]))
 
 
 def routes(banks_path: str) -> list[Route]:

@@ -99,18 +99,23 @@ def placements(
     return where, replaced
 
 
+def item_tags(body: RetainBody, index: int) -> tuple[str, ...]:
+    """The tags of item ``index``'s memory: its own, then the request's ``document_tags``."""
+    given = [*(body.items[index].tags or []), *(t for t in body.document_tags or [] if t)]
+    return tuple(dict.fromkeys(t.strip() for t in given if t.strip()))
+
+
 def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, place: int, now: datetime) -> Memory:
     """The memory of item ``index``, the ``place``-th of its document."""
     item = body.items[index]
     when = _date(item, index, now)
-    extra_tags = [t for t in (body.document_tags or []) if t]
     content = item_text(item, index)
     fields: dict[str, Any] = dict(
         # the item is the memory's source chunk too, as upstream keeps a document's text in chunks
         id=memory_id(bank_id, document_id, place), text=content, chunk=content, type="world", occurred_start=when,
         occurred_end=when, mentioned_at=when, context=item.context, document_id=document_id,
         metadata=dict(item.metadata or {}),
-        tags=tuple(dict.fromkeys(t.strip() for t in [*(item.tags or []), *extra_tags] if t.strip())),
+        tags=item_tags(body, index),
         entities=tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip())),
         position=place,
     )

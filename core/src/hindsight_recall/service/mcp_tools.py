@@ -27,6 +27,7 @@ from ..errors import InvalidRequest
 from ..store.banks import validate_bank_id
 from ..types import Budget, TagsMatch
 from .items import memory_id
+from .wire import EXTRAS
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -47,7 +48,9 @@ class RouteCaller:
     """Calls the service's routes in process and answers their JSON body, or raises :class:`ToolError`."""
 
     def __init__(self, app: Any, ready: Callable[[], Awaitable[Any]], default_bank: str) -> None:
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mcp.internal")
+        # the routes' whole answers (this project's fields too) and their error messages
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mcp.internal",
+                                         headers=EXTRAS)
         self._ready, self.default_bank = ready, default_bank
 
     def bank(self, bank_id: str | None) -> str:

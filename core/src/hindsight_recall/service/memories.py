@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine import Engine
@@ -19,12 +19,13 @@ from ..recall.trace import phase_sink
 from ..retain.memories import parse_datetime, parse_memory
 from ..store import banks, invalidated, listing
 from ..types import FACT_TYPES, Memory, TagsMatch
-from . import async_retain
-from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query
+from . import async_retain, webhook_delivery
+from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query, wake_worker
 from .errors import ServiceError
 from .items import appended, build_memories, check_supported
 from .ops import Admission
 from .schemas import UNSUPPORTED, ImportBody, RecallBody, UpdateMemoryBody
+from .wire import answer
 
 #: how many times a retain appending to a document numbers its items again after another write changed it
 APPEND_ATTEMPTS = 5
@@ -53,8 +54,10 @@ async def retain(request: Request) -> Response:
         except DocumentChanged:  # another write appended to the same document first: number again
             if attempt == APPEND_ATTEMPTS:
                 raise
-    return JSONResponse({"success": True, "bank_id": bank_id, "items_count": len(memories), "async": False,
-                         "usage": None})
+    if await webhook_delivery.fire_retain(engine, bank_id, [(m.document_id, m.tags) for m in memories]):
+        wake_worker(request)
+    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": len(memories),
+                                              "async": False, "usage": None})
 
 
 @endpoint
@@ -72,7 +75,7 @@ async def import_memories(request: Request) -> Response:
         batches.setdefault(banks.validate_bank_id(bank), []).append(memory)
         lines.setdefault(bank, []).append(number)
     stats = await engine_of(request).retain_many(batches, lines=lines, progress=False)
-    return JSONResponse({"success": True, "memories": stats.memories, "banks": stats.banks,
+    return answer(request, None, {"success": True, "memories": stats.memories, "banks": stats.banks,
                          "seconds": round(stats.seconds, 3), "links": stats.links})
 
 
@@ -157,7 +160,7 @@ async def list_memories(request: Request) -> Response:
     else:
         items, total = await engine.list_memories(bank_id, **filters)
         rows = [_list_item(m) for m in items]
-    return JSONResponse({"items": rows, "total": total, "limit": limit, "offset": offset})
+    return answer(request, "ListMemoryUnitsResponse", {"items": rows, "total": total, "limit": limit, "offset": offset})
 
 
 def _memory_id(request: Request) -> str:
@@ -174,7 +177,7 @@ def _not_found(bank_id: str, memory_id: str) -> ServiceError:
 @endpoint
 async def get_memory(request: Request) -> Response:
     bank_id, memory_id = bank_of(request), _memory_id(request)
-    return JSONResponse(await _current(engine_of(request), bank_id, memory_id))
+    return answer(request, None, await _current(engine_of(request), bank_id, memory_id))
 
 
 async def _current(engine: Engine, bank_id: str, memory_id: str) -> dict[str, Any]:
@@ -196,7 +199,7 @@ async def memory_history(request: Request) -> Response:
     bank_id, memory_id = bank_of(request), _memory_id(request)
     if await engine_of(request).get_memory(bank_id, memory_id) is None:
         raise _not_found(bank_id, memory_id)
-    return JSONResponse([])
+    return answer(request, None, [])
 
 
 def _edited(body: UpdateMemoryBody) -> Callable[[Memory], Memory]:
@@ -239,7 +242,7 @@ async def update_memory(request: Request) -> Response:
         await engine.update_memory(bank_id, memory_id, edit, state=body.state, reason=body.reason)
     except RetainError as exc:
         raise ServiceError(400, "invalid_request", f"{exc.field}: {exc.why}") from None
-    return JSONResponse(await _current(engine, bank_id, memory_id))
+    return answer(request, None, await _current(engine, bank_id, memory_id))
 
 
 @endpoint
@@ -250,8 +253,9 @@ async def clear_memories(request: Request) -> Response:
     fact_type = choice_query(request, "type", FACT_TYPES)
     deleted = await engine_of(request).clear_memories(bank_id, fact_type)
     scope = f" of type '{fact_type}'" if fact_type else ""
-    return JSONResponse({"success": True, "message": f"Cleared {deleted} memory unit(s){scope} from bank '{bank_id}'",
-                         "deleted_count": deleted})
+    return answer(request, "DeleteResponse", {
+        "success": True, "message": f"Cleared {deleted} memory unit(s){scope} from bank '{bank_id}'",
+        "deleted_count": deleted})
 
 
 @endpoint
@@ -267,7 +271,7 @@ async def list_tags(request: Request) -> Response:
             raise BankNotFound(bank_id)
         items, total = ([], 0) if source == "mental_models" else await listing.list_tags(
             conn, bank_id, pattern=pattern, limit=limit, offset=offset)
-    return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset})
+    return answer(request, "ListTagsResponse", {"items": items, "total": total, "limit": limit, "offset": offset})
 
 
 @endpoint
@@ -276,7 +280,7 @@ async def delete_memory(request: Request) -> Response:
     bank_id, memory_id = bank_of(request), _memory_id(request)
     if not await engine_of(request).forget(bank_id, [memory_id]):
         raise _not_found(bank_id, memory_id)
-    return JSONResponse({"success": True, "message": f"Memory unit '{memory_id}' deleted", "deleted_count": 1})
+    return answer(request, None, {"success": True, "message": f"Memory unit '{memory_id}' deleted", "deleted_count": 1})
 
 
 def recall_options(body: RecallBody) -> dict[str, Any]:
@@ -318,7 +322,7 @@ async def recall(request: Request) -> Response:
             result = await engine.recall(bank_id, body.query, **options)
         finally:
             phase_sink.reset(token)
-    return JSONResponse(result)
+    return answer(request, "RecallResponse", result)
 
 
 def routes(banks_path: str) -> list[Route]:

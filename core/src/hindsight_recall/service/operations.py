@@ -10,15 +10,16 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import BankNotFound
 from ..store import banks, operations
 from ..store.db import database_errors
 from ..store.operations import Operation
-from .base import bank_of, endpoint, engine_of
+from .base import bank_of, endpoint, engine_of, flag_query
 from .errors import ServiceError
+from .wire import answer
 
 #: upstream's bounds of the list's page size
 MAX_LIMIT = 100
@@ -68,15 +69,6 @@ def _bounded(request: Request, name: str, default: int, low: int, high: int) -> 
     return value
 
 
-def _flag(request: Request, name: str) -> bool:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return False
-    if raw.lower() not in ("true", "false", "1", "0"):
-        raise ServiceError(422, "invalid_request", f"{name}: must be true or false, got {raw[:40]!r}")
-    return raw.lower() in ("true", "1")
-
-
 @endpoint
 async def list_operations(request: Request) -> Response:
     """Newest first, filtered by status and type; 404 for a bank that does not exist (as upstream)."""
@@ -90,15 +82,15 @@ async def list_operations(request: Request) -> Response:
         raise ServiceError(400, "bad_request", "type: must not contain NUL bytes")
     limit = _bounded(request, "limit", 20, 1, MAX_LIMIT)
     offset = _bounded(request, "offset", 0, 0, MAX_OFFSET)
-    _flag(request, "exclude_parents")  # no operation here has children: nothing to exclude
+    flag_query(request, "exclude_parents")  # no operation here has children: nothing to exclude
     with database_errors("listing operations"):
         async with engine_of(request).db.connect() as conn:
             if await banks.bank_config(conn, bank_id) is None:
                 raise BankNotFound(bank_id)
             found, total = await operations.listing(conn, bank_id, status=status, operation_type=kind,
                                                     limit=limit, offset=offset)
-    return JSONResponse({"bank_id": bank_id, "total": total, "limit": limit, "offset": offset,
-                         "operations": [_listed(op) for op in found]})
+    return answer(request, "OperationsListResponse", {"bank_id": bank_id, "total": total, "limit": limit,
+                                                      "offset": offset, "operations": [_listed(op) for op in found]})
 
 
 @endpoint
@@ -106,20 +98,20 @@ async def get_operation(request: Request) -> Response:
     """One operation; an unknown id answers 200 with status ``not_found`` (as upstream)."""
     bank_id = bank_of(request)
     operation_id = _operation_id(request)
-    with_payload = _flag(request, "include_payload")
+    with_payload = flag_query(request, "include_payload")
     with database_errors("reading an operation"):
         async with engine_of(request).db.connect() as conn:
             op = await operations.get(conn, bank_id, operation_id)
             payload = (await operations.payload_of(conn, bank_id, operation_id))[0] if op and with_payload else None
     oid = str(operation_id)
     if op is None:
-        return JSONResponse({"operation_id": oid, "status": "not_found", "operation_type": None, "id": oid,
-                             "task_type": None, "created_at": None, "updated_at": None, "completed_at": None,
-                             "error_message": None})
+        return answer(request, "OperationStatusResponse", {
+            "operation_id": oid, "status": "not_found", "operation_type": None, "id": oid, "task_type": None,
+            "created_at": None, "updated_at": None, "completed_at": None, "error_message": None})
     listed = _listed(op)
     metadata = {"items_count": op.items_count, "processed": op.processed, "attempts": op.attempts,
                 "worker_id": op.worker_id, **(op.result or {})}
-    return JSONResponse({
+    return answer(request, "OperationStatusResponse", {
         "operation_id": oid, "status": op.status, "operation_type": op.operation_type, "id": oid,
         "task_type": op.operation_type, "mental_model_id": None, "created_at": listed["created_at"],
         "updated_at": listed["updated_at"], "completed_at": _iso(op.completed_at), "error_message": op.error_message,
@@ -138,12 +130,16 @@ class Change:
     what: str
     allowed: str
     done: str
+    #: upstream's response schema
+    schema: str
 
 
 CANCEL = Change(operations.cancel, "cancelled", "only 'pending' and 'processing' operations can be cancelled",
-                "cancelled")
-RETRY = Change(operations.requeue, "retried", "expected 'failed' or 'cancelled'", "queued for retry")
-DELETE = Change(operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted")
+                "cancelled", "CancelOperationResponse")
+RETRY = Change(operations.requeue, "retried", "expected 'failed' or 'cancelled'", "queued for retry",
+               "RetryOperationResponse")
+DELETE = Change(operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted",
+                "DeleteOperationResponse")
 
 
 async def change_operation(request: Request, bank_id: str, operation_id: uuid.UUID, change: Change) -> str:
@@ -170,7 +166,7 @@ async def change_operation(request: Request, bank_id: str, operation_id: uuid.UU
 async def _change(request: Request, change: Change) -> Response:
     operation_id = _operation_id(request)
     message = await change_operation(request, bank_of(request), operation_id, change)
-    return JSONResponse({"success": True, "message": message, "operation_id": str(operation_id)})
+    return answer(request, change.schema, {"success": True, "message": message, "operation_id": str(operation_id)})
 
 
 @endpoint

@@ -99,8 +99,7 @@ class Guard:
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
-                await error_response(refusal.status, refusal.code, refusal.message, refusal.headers)(
-                    scope, receive, send_tracked)
+                await error_response(refusal, scope)(scope, receive, send_tracked)
             else:
                 async with asyncio.timeout(self.timeout):
                     await self.app(scope, self._limited(scope, receive), send_tracked)
@@ -166,7 +165,7 @@ class Guard:
     async def _fail(self, exc: BaseException, scope: Scope, receive: Receive, send: Send, sent: dict[str, Any]) -> None:
         if sent["started"]:  # the response is half sent: all that is left is to drop the connection
             raise exc
-        await respond_to(exc, scope.get("path", ""))(scope, receive, send)
+        await respond_to(exc, scope)(scope, receive, send)
 
     def _route(self, scope: Scope) -> str:
         """The matched route's path template (a bounded metric label); ``unmatched`` for a 404."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import QueryTooLong
@@ -21,6 +21,7 @@ from ..types import Budget, FactType, TagsMatch
 from .base import bank_of, body_of, endpoint, engine_of
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, _Body
+from .wire import answer
 
 #: the most tokens a reply may be asked for (no model writes more; a larger number is a mistake)
 MAX_REPLY_TOKENS = 1_000_000
@@ -99,7 +100,7 @@ async def reflect(request: Request) -> Response:
         )
     except LLMError as exc:
         raise ServiceError(exc.status, exc.code, str(exc)) from None
-    return JSONResponse(result)
+    return answer(request, "ReflectResponse", result)
 
 
 def routes(banks_path: str) -> list[Route]:

@@ -8,7 +8,21 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from . import aliases, banks, documents, entities, graph, memories, operations, reflect, transfer, unserved
+from . import (
+    aliases,
+    banks,
+    directives,
+    documents,
+    entities,
+    graph,
+    memories,
+    mental_models,
+    operations,
+    reflect,
+    transfer,
+    unserved,
+    webhooks,
+)
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import ServiceState
@@ -25,6 +39,7 @@ def api_routes() -> list[Route]:
     return [*banks.routes(BANKS_PATH), *memories.routes(BANKS_PATH), *aliases.routes(BANKS_PATH),
             *transfer.routes(BANKS_PATH), *reflect.routes(BANKS_PATH), *documents.routes(BANKS_PATH),
             *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
+            *directives.routes(BANKS_PATH), *mental_models.routes(BANKS_PATH), *webhooks.routes(BANKS_PATH),
             *unserved.routes()]
 
 

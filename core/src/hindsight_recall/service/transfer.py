@@ -34,6 +34,7 @@ from ..transfer import DOWNLOAD_PATH
 from .banks import TRAITS
 from .base import bank_of, endpoint, engine_of
 from .errors import ServiceError
+from .wire import answer
 
 TEMPLATE_VERSION = "1"
 
@@ -243,8 +244,8 @@ async def template_export(request: Request) -> Response:
     if row["mission"]:
         bank["reflect_mission"] = row["mission"]
     bank.update({f"disposition_{t}": v for t, v in (row["disposition"] or {}).items()})
-    return JSONResponse({"version": TEMPLATE_VERSION, "bank": bank or None, "mental_models": None,
-                         "directives": None})
+    return answer(request, "BankTemplateManifest", {"version": TEMPLATE_VERSION, "bank": bank or None,
+                                                    "mental_models": None, "directives": None})
 
 
 @endpoint
@@ -291,9 +292,9 @@ async def template_import(request: Request) -> Response:
         except InvalidRequest as exc:
             raise ServiceError(400, "invalid_template", f"Template validation failed: {exc}") from None
     headers = {"X-Hindsight-Ignored-Fields": ",".join(ignored)} if ignored else None
-    return JSONResponse({"bank_id": bank_id, "config_applied": bool(bank), "mental_models_created": [],
-                         "mental_models_updated": [], "directives_created": [], "directives_updated": [],
-                         "operation_ids": [], "dry_run": dry_run}, headers=headers)
+    return answer(request, "BankTemplateImportResponse", {
+        "bank_id": bank_id, "config_applied": bool(bank), "mental_models_created": [], "mental_models_updated": [],
+        "directives_created": [], "directives_updated": [], "operation_ids": [], "dry_run": dry_run}, headers=headers)
 
 
 def routes(banks_path: str) -> list[Route]:

@@ -1,7 +1,7 @@
 """Upstream routes this server does not serve: each answers 501 with a JSON error naming it and why.
 
-Most need an LLM, which this server does not run; webhooks and audit logs need none, but are not
-implemented. A client calling one learns that at once, never from a bare 404.
+Each needs a model's work, which this server does not do (reflect aside), or a store it does not
+keep; the message says which. A client calling one learns that at once, never from a bare 404.
 """
 
 from __future__ import annotations
@@ -10,31 +10,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .errors import error_response
+from .errors import ServiceError, error_response
 
 NO_LLM = "this server runs no LLM"
+#: why the mental-model routes that write are not served
+WRITTEN = "mental models are written by a model (a long-lived reflect), which this server does not run"
 B = "/v1/default/banks/{bank_id}"
 
 #: (path, methods, reason): every upstream route answered 501, literal paths before ``{param}`` ones
 UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    (f"{B}/mental-models", ("GET", "POST"), f"{NO_LLM}; mental models are written by one"),
-    (f"{B}/mental-models/{{mental_model_id}}", ("GET", "PATCH", "DELETE"),
-     f"{NO_LLM}; mental models are written by one"),
-    (f"{B}/mental-models/{{mental_model_id}}/history", ("GET",), f"{NO_LLM}; mental models are written by one"),
-    (f"{B}/mental-models/{{mental_model_id}}/refresh", ("POST",), f"{NO_LLM}; mental models are written by one"),
+    (f"{B}/mental-models", ("POST",), f"{WRITTEN}; creating one runs its source query through reflect's agent"),
+    (f"{B}/mental-models/{{mental_model_id}}/refresh", ("POST",), f"{WRITTEN}; refreshing one asks the model again"),
     (f"{B}/mental-models/{{mental_model_id}}/dry-run-refresh", ("POST",),
-     f"{NO_LLM}; mental models are written by one"),
-    (f"{B}/mental-models/{{mental_model_id}}/clear", ("POST",), f"{NO_LLM}; mental models are written by one"),
-    (f"{B}/knowledge-base/tree", ("GET",), f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/knowledge-base/folders", ("POST",), f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/knowledge-base/pages", ("POST",), f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/knowledge-base/export", ("GET",), f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/knowledge-base/search", ("GET",), f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/knowledge-base/pages/{{page_id}}", ("GET",), f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/knowledge-base/nodes/{{node_id}}", ("PATCH", "DELETE"),
-     f"{NO_LLM}; the knowledge base is built from mental models"),
-    (f"{B}/directives", ("GET", "POST"), f"{NO_LLM}; directives steer reflect's LLM"),
-    (f"{B}/directives/{{directive_id}}", ("GET", "PATCH", "DELETE"), f"{NO_LLM}; directives steer reflect's LLM"),
+     f"{WRITTEN}; a dry run is the model's answer without storing it"),
+    (f"{B}/knowledge-base/pages", ("POST",), f"{WRITTEN}; a knowledge page is a mental model"),
+    (f"{B}/knowledge-base/folders", ("POST",), "knowledge-base folders hold mental models, which this server does "
+                                               "not keep"),
     (f"{B}/memories/dry-run-extract", ("POST",), f"{NO_LLM}; fact extraction is an LLM step (retain stores items "
                                                  "verbatim)"),
     (f"{B}/prompts/preview", ("POST",), f"{NO_LLM}; there are no LLM prompts to preview"),
@@ -52,9 +43,6 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/health/llm", ("POST",), f"{NO_LLM} to probe"),
     (f"{B}/llm-requests", ("GET",), f"{NO_LLM}, so there are no LLM requests to list"),
     (f"{B}/llm-requests/stats", ("GET",), f"{NO_LLM}, so there are no LLM requests to count"),
-    (f"{B}/webhooks", ("GET", "POST"), "webhooks are not implemented by this server"),
-    (f"{B}/webhooks/{{webhook_id}}", ("PATCH", "DELETE"), "webhooks are not implemented by this server"),
-    (f"{B}/webhooks/{{webhook_id}}/deliveries", ("GET",), "webhooks are not implemented by this server"),
     (f"{B}/audit-logs", ("GET",), "audit logs are not implemented by this server"),
     (f"{B}/audit-logs/stats", ("GET",), "audit logs are not implemented by this server"),
     (f"{B}/audit-logs/{{log_id}}", ("GET",), "audit logs are not implemented by this server"),
@@ -67,7 +55,7 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
 def _answer(methods: tuple[str, ...], path: str, reason: str) -> Route:
     async def unserved(request: Request) -> Response:
         route = f"{request.method} {path}"
-        return error_response(501, "not_implemented", f"{route} is not served: {reason}")
+        return error_response(ServiceError(501, "not_implemented", f"{route} is not served: {reason}"), request.scope)
 
     return Route(path, unserved, methods=list(methods))
 

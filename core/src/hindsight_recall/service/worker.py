@@ -1,10 +1,13 @@
 """The queue worker inside ``serve``: claims operations from the database and runs them.
 
 Every ``serve`` process on a database runs one (SERVICE_OPERATION_WORKERS operations at once; 0 runs
-none), so several processes share one queue. A running operation's lease is renewed every third of
-SERVICE_OPERATION_LEASE; losing it (the operation was cancelled, deleted, or its lease ran out and
-another worker took it) stops the run. On shutdown the runs are cancelled (the chunk in flight rolls
-back) and their operations handed back to the queue, to resume at the next start.
+none), so several processes share one queue. Webhook deliveries run in a lane of their own
+(WEBHOOK_DELIVERY_WORKERS at once), so an endpoint that hangs or fails never holds back a retain.
+
+A running operation's lease is renewed every third of SERVICE_OPERATION_LEASE; losing it (the operation
+was cancelled, deleted, or its lease ran out and another worker took it) stops the run. On shutdown the
+runs are cancelled (the chunk in flight rolls back) and their operations handed back to the queue, to
+resume at the next start.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..engine import Engine
 from ..errors import describe_error
 from ..settings import redact
 from ..store import operations
-from . import async_retain
+from . import async_retain, webhook_delivery
 from .errors import classify
 
 log = logging.getLogger("hindsight_recall.service.worker")
@@ -53,11 +57,15 @@ class Worker:
         settings = engine.settings
         self.engine = engine
         self.slots = settings.service_operation_workers
+        #: deliveries run at once, in their own lane (none when the worker runs nothing)
+        self.delivery_slots = settings.webhook_delivery_workers if self.slots else 0
         self.lease = settings.service_operation_lease
         self.chunk_items = settings.service_operation_chunk_items
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.running: dict[Key, asyncio.Task[None]] = {}
+        self.delivering: dict[Key, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self._http: httpx.AsyncClient | None = None
 
     def wake(self) -> None:
         """Look at the queue now (an operation was just queued)."""
@@ -70,23 +78,23 @@ class Worker:
         log.info("operation worker %s: %d at once", self.id, self.slots)
         while True:
             self._wake.clear()
-            free = self.slots - len(self.running)
-            if free > 0:
-                try:
-                    await self._claim(free)
-                except Exception as exc:  # the database is away: look again later
-                    log.warning("claiming operations failed: %s", redact(describe_error(exc) or repr(exc)))
+            for lane, slots in ((self.running, self.slots), (self.delivering, self.delivery_slots)):
+                if slots - len(lane) > 0:
+                    try:
+                        await self._claim(lane, slots - len(lane))
+                    except Exception as exc:  # the database is away: look again later
+                        log.warning("claiming operations failed: %s", redact(describe_error(exc) or repr(exc)))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(POLL_SECONDS):
                     await self._wake.wait()
 
-    async def _claim(self, free: int) -> None:
+    async def _claim(self, lane: dict[Key, asyncio.Task[None]], free: int) -> None:
         async with self.engine.db.connect() as conn:
-            found = await operations.candidates(conn, free + len(self.running))
+            found = await operations.candidates(conn, free + len(lane), deliveries=lane is self.delivering)
         for key in found:
             if free == 0:
                 return
-            if key in self.running:
+            if key in lane:
                 continue
             async with self.engine.db.connect() as conn:
                 op = await operations.claim(conn, key[0], key[1], self.id, self.lease)
@@ -94,12 +102,12 @@ class Worker:
                 continue
             free -= 1
             task = asyncio.create_task(self._run(op), name=f"operation-{op.operation_id}")
-            self.running[key] = task
-            task.add_done_callback(functools.partial(self._ended, key))
+            lane[key] = task
+            task.add_done_callback(functools.partial(self._ended, lane, key))
 
-    def _ended(self, key: Key, task: asyncio.Task[None]) -> None:
+    def _ended(self, lane: dict[Key, asyncio.Task[None]], key: Key, task: asyncio.Task[None]) -> None:
         """A run ended: free its slot and look at the queue again."""
-        self.running.pop(key, None)
+        lane.pop(key, None)
         self._wake.set()
 
     async def _run(self, op: operations.Operation) -> None:
@@ -112,6 +120,14 @@ class Worker:
             result = await work
         except Lost:
             log.info("operation %s stopped: it was cancelled or is no longer this worker's", op.operation_id)
+            return
+        except webhook_delivery.RetryLater as later:
+            log.info("delivery %s failed (%s); trying again in %g s", op.operation_id, later.message, later.seconds)
+            await self._finish(op, "retry", error=later.message, result=later.result, delay=later.seconds)
+            return
+        except webhook_delivery.DeliveryFailed as failed:
+            log.warning("delivery %s failed: %s", op.operation_id, failed)
+            await self._finish(op, "failed", error=str(failed), result=failed.result)
             return
         except asyncio.CancelledError:
             work.cancel()
@@ -148,9 +164,20 @@ class Worker:
             if not await operations.progress(conn, op, self.id, stage, processed):
                 raise Lost()
 
+        if op.operation_type == operations.DELIVERY_TYPE:
+            return await webhook_delivery.deliver(self.engine, op, self._client())
         if op.operation_type != async_retain.RETAIN:
             raise ValueError(f"this server cannot run operations of type {op.operation_type!r}")
-        return await async_retain.run(self.engine, op, record_plan, checkpoint, self.chunk_items)
+        result, retained = await async_retain.run(self.engine, op, record_plan, checkpoint, self.chunk_items)
+        if await webhook_delivery.fire_retain(self.engine, op.bank_id, retained, str(op.operation_id)):
+            self.wake()
+        return result
+
+    def _client(self) -> httpx.AsyncClient:
+        """The HTTP client of every delivery (its connections kept between them)."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(follow_redirects=False)
+        return self._http
 
     async def _keep_lease(self, op: operations.Operation, work: asyncio.Task[Any]) -> None:
         """Renew the lease while ``work`` runs; cancel it once the lease is lost or about to run out."""
@@ -171,18 +198,24 @@ class Worker:
                 raise Lost()
 
     async def _finish(self, op: operations.Operation, status: str, *, error: str | None = None,
-                      result: dict[str, Any] | None = None) -> None:
+                      result: dict[str, Any] | None = None, delay: float = 0) -> None:
+        """Record how the run ended; ``retry`` queues the operation again after ``delay`` seconds."""
+        stored = None if result is None else json.dumps(result)
         try:
             async with self.engine.db.connect() as conn:
-                await operations.finish(conn, op, self.id, status, error=error,
-                                        result=None if result is None else json.dumps(result))
+                if status == "retry":
+                    await operations.retry_later(conn, op, self.id, delay, error or "", stored)
+                else:
+                    await operations.finish(conn, op, self.id, status, error=error, result=stored)
         except Exception as exc:  # the lease runs out and another worker resumes it
             log.warning("recording the end of operation %s failed: %s", op.operation_id,
                         redact(describe_error(exc) or repr(exc)))
 
     async def stop(self) -> None:
         """Cancel the runs (the chunks in flight roll back) and hand their operations back to the queue."""
-        runs = dict(self.running)
+        runs = {**self.running, **self.delivering}
+        if self._http is not None:  # a delivery cut short is attempted again (its lease runs out)
+            await self._http.aclose()
         for task in runs.values():
             task.cancel()
         if not runs:

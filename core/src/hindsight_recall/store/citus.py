@@ -38,7 +38,7 @@ BANK_KEYED_JOINS = (
 #: distributed by bank_id, in this order (the first one anchors the colocation group)
 DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources",
                "term_stats", "bank_aliases", "bank_transfers", "transfer_archive_parts", "invalidated_memories",
-               "documents", "operations")
+               "documents", "operations", "directives", "webhooks", "audit_log")
 #: small global tables, copied to every node
 REFERENCE = ("hindsight_meta", "hindsight_migrations")
 #: table -> its primary key on Citus (the bank column is part of every key)
@@ -61,6 +61,8 @@ _FOREIGN_KEYS = (
      "(bank_id, transfer_id) REFERENCES bank_transfers (bank_id, id) ON DELETE CASCADE"),
     ("invalidated_memories", "invalidated_memories_bank_id_fkey",
      "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
+    ("directives", "directives_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
+    ("webhooks", "webhooks_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
     ("unit_entities", "unit_entities_unit_id_fkey",
      "(unit_id, bank_id) REFERENCES memory_units (id, bank_id) ON DELETE CASCADE"),
     ("unit_entities", "unit_entities_entity_id_fkey",

@@ -25,9 +25,15 @@ TERMINAL = ("completed", "failed", "cancelled")
 CANCELLABLE = ("pending", "processing")
 RETRYABLE = ("failed", "cancelled")
 
-#: a row may be claimed: waiting, or processing under a lease that ran out
-_CLAIMABLE = "(status = 'pending' OR (status = 'processing' AND lease_until < now()))"
+#: a row may be claimed: waiting (and not held back for a later retry), or processing under a lease that
+#: ran out
+_CLAIMABLE = ("((status = 'pending' AND (not_before IS NULL OR not_before <= now())) "
+              "OR (status = 'processing' AND lease_until < now()))")
 _LIVE = "status = 'processing' AND lease_until >= now()"
+#: the queue's two lanes: webhook deliveries, and the rest (retains...). A bank runs one operation of each
+#: lane at a time, so a slow or failing endpoint never holds back the bank's retains.
+DELIVERY_TYPE = "webhook_delivery"
+_LANE = {False: f"operation_type <> '{DELIVERY_TYPE}'", True: f"operation_type = '{DELIVERY_TYPE}'"}
 #: the columns of :class:`Operation`
 _COLUMNS = ("bank_id, operation_id, operation_type, status, items_count, document_id, processed, stage, "
             "progress_at, error_message, retry_count, attempts, worker_id, lease_until, created_at, updated_at, "
@@ -173,7 +179,7 @@ async def requeue(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID) 
     """Queue a failed or cancelled operation again; it resumes after the work it had committed."""
     done = await conn.scalar(text(
         "UPDATE operations SET status = 'pending', error_message = NULL, completed_at = NULL, worker_id = NULL, "
-        "lease_until = NULL, retry_count = 0, updated_at = clock_timestamp() "
+        "lease_until = NULL, retry_count = 0, not_before = NULL, updated_at = clock_timestamp() "
         "WHERE bank_id = :bank AND operation_id = :id AND status = ANY(:states) RETURNING 1"
     ), {"bank": bank_id, "id": operation_id, "states": list(RETRYABLE)})
     return done is not None
@@ -199,14 +205,16 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> None:
 
 # ---- the worker's side ---------------------------------------------------------------------------
 
-async def candidates(conn: AsyncConnection, limit: int) -> list[tuple[str, uuid.UUID]]:
-    """The oldest claimable operation of each bank that runs none now, oldest first (no lock taken)."""
+async def candidates(conn: AsyncConnection, limit: int, deliveries: bool = False) -> list[tuple[str, uuid.UUID]]:
+    """The oldest claimable operation of each bank that runs none of its lane now, oldest first (no lock
+    taken); ``deliveries`` picks the lane of webhook deliveries, else the other one."""
+    lane = _LANE[deliveries]
     rows = await conn.execute(text(
         "SELECT bank_id, operation_id FROM ("
         "  SELECT DISTINCT ON (o.bank_id) o.bank_id, o.operation_id, o.created_at FROM operations o"
-        "  WHERE (o.status = 'pending' OR (o.status = 'processing' AND o.lease_until < now()))"
-        "   AND NOT EXISTS (SELECT 1 FROM operations p WHERE p.bank_id = o.bank_id"
-        "                   AND p.status = 'processing' AND p.lease_until >= now())"
+        f"  WHERE {_CLAIMABLE}"
+        f"   AND o.{lane} AND NOT EXISTS (SELECT 1 FROM operations p WHERE p.bank_id = o.bank_id"
+        f"                   AND p.{lane} AND p.status = 'processing' AND p.lease_until >= now())"
         "  ORDER BY o.bank_id, o.created_at, o.operation_id"
         ") c ORDER BY created_at LIMIT :n"
     ), {"n": limit})
@@ -220,18 +228,20 @@ async def claim(conn: AsyncConnection, bank_id: str, operation_id: uuid.UUID, wo
 
     Call in a transaction of its own: the bank's advisory lock and the row lock are held until it commits.
     """
-    if not await conn.scalar(text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"),
-                             {"key": f"hindsight-operations:{bank_id}"}):
-        return None
     params = {"bank": bank_id, "id": operation_id}
-    locked = await conn.scalar(text(
-        f"SELECT 1 FROM operations WHERE bank_id = :bank AND operation_id = :id AND {_CLAIMABLE} "
+    kind = await conn.scalar(text(
+        f"SELECT operation_type FROM operations WHERE bank_id = :bank AND operation_id = :id AND {_CLAIMABLE} "
         "FOR UPDATE SKIP LOCKED"
     ), params)
-    if locked is None:
+    if kind is None:
+        return None
+    delivery = kind == DELIVERY_TYPE
+    if not await conn.scalar(text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"),
+                             {"key": f"hindsight-operations:{bank_id}:{'delivery' if delivery else 'work'}"}):
         return None
     busy = await conn.scalar(text(
-        f"SELECT EXISTS (SELECT 1 FROM operations WHERE bank_id = :bank AND operation_id <> :id AND {_LIVE})"
+        "SELECT EXISTS (SELECT 1 FROM operations WHERE bank_id = :bank AND operation_id <> :id "
+        f"AND {_LANE[delivery]} AND {_LIVE})"
     ), params)
     if busy:
         return None
@@ -285,6 +295,20 @@ async def finish(conn: AsyncConnection, op: Operation, worker_id: str, status: s
     done = await conn.scalar(text(
         "UPDATE operations SET status = :status, error_message = :error, result = CAST(:result AS jsonb), "
         "stage = :status, progress_at = clock_timestamp(), lease_until = NULL, completed_at = clock_timestamp(), "
+        f"updated_at = clock_timestamp() WHERE {_OWNED} RETURNING 1"
+    ), params)
+    return done is not None
+
+
+async def retry_later(conn: AsyncConnection, op: Operation, worker_id: str, seconds: float, error: str,
+                      result: str | None) -> bool:
+    """End this attempt and queue the operation again in ``seconds`` (``retry_count`` goes up by one)."""
+    params = {"bank": op.bank_id, "id": op.operation_id, "worker": worker_id, "secs": float(seconds),
+              "error": error, "result": result}
+    done = await conn.scalar(text(
+        "UPDATE operations SET status = 'pending', retry_count = retry_count + 1, error_message = :error, "
+        "result = CAST(:result AS jsonb), worker_id = NULL, lease_until = NULL, stage = 'waiting to retry', "
+        "not_before = clock_timestamp() + make_interval(secs => :secs), progress_at = clock_timestamp(), "
         f"updated_at = clock_timestamp() WHERE {_OWNED} RETURNING 1"
     ), params)
     return done is not None

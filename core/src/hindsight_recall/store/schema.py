@@ -435,11 +435,55 @@ async def _v19_rows(upgrade: Upgrade) -> None:
         await upgrade.execute(f"DROP INDEX {how}IF EXISTS {name}")
 
 
+def _v20(dimensions: int) -> list[str]:
+    # What a bank keeps besides its memories, none of it read by recall: directives (rules reflect's
+    # model is given), webhooks (endpoints told of its events), and the audit log (who wrote what, when;
+    # kept after its bank is deleted, so the deletion stays on record). Webhook deliveries are operations
+    # retried after a delay: not_before holds one back until then.
+    return [
+        """CREATE TABLE IF NOT EXISTS directives (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            id uuid NOT NULL,
+            name text NOT NULL,
+            content text NOT NULL,
+            priority int NOT NULL DEFAULT 0,
+            is_active boolean NOT NULL DEFAULT true,
+            tags text[] NOT NULL DEFAULT '{}',
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (bank_id, id))""",
+        """CREATE TABLE IF NOT EXISTS webhooks (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            id uuid NOT NULL,
+            url text NOT NULL,
+            secret text,
+            event_types text[] NOT NULL DEFAULT '{}',
+            enabled boolean NOT NULL DEFAULT true,
+            http_config jsonb NOT NULL DEFAULT '{}'::jsonb,
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (bank_id, id))""",
+        """CREATE TABLE IF NOT EXISTS audit_log (
+            bank_id text NOT NULL,
+            id uuid NOT NULL,
+            action text NOT NULL,
+            transport text NOT NULL,
+            started_at timestamptz NOT NULL,
+            ended_at timestamptz NOT NULL,
+            request jsonb,
+            response jsonb,
+            metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+            PRIMARY KEY (bank_id, id))""",
+        "CREATE INDEX IF NOT EXISTS idx_audit_log_started ON audit_log (bank_id, started_at DESC, id)",
+        "ALTER TABLE operations ADD COLUMN IF NOT EXISTS not_before timestamptz",
+    ]
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
-    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19,
+    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19, 20: _v20,
 }
 
 

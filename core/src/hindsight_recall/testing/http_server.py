@@ -21,12 +21,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Request:
-    """One request as the server received it; header names are lower-cased."""
+    """One request as the server received it; header names are lower-cased, ``raw`` the body's bytes."""
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: Any
+    raw: bytes = b""
+    query: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,8 @@ def _handler_for(server: FixtureServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = data
             headers = {k.lower(): v for k, v in self.headers.items()}
-            request = Request(self.command, self.path.split("?", 1)[0], headers, body)
+            path, _, query = self.path.partition("?")
+            request = Request(self.command, path, headers, body, data, query)
             reply = server._answer(request)
             try:
                 time.sleep(reply.delay)

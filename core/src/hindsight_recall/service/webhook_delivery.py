@@ -1,0 +1,193 @@
+"""Webhook events and their delivery, as upstream Hindsight sends them.
+
+An event (``retain.completed`` after each retained item) becomes one queued operation per subscribed
+webhook, in one statement after the retain committed; the queue worker sends it from its own lane, so
+a slow or failing endpoint never holds back a retain. A failed attempt is tried again after
+``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h), then the delivery fails.
+
+Each request carries upstream's headers: ``X-Hindsight-Event``, ``X-Hindsight-Event-Id`` (the same for
+every webhook and attempt: receivers dedupe on it), ``X-Hindsight-Delivery-Id`` (the operation), and
+with a secret ``X-Hindsight-Signature`` and ``X-Hub-Signature-256`` (``sha256=`` HMAC-SHA256 of the
+body) and ``X-Hindsight-Signature-V2`` (``t=<unix seconds>,v1=`` HMAC-SHA256 of ``"<t>.<body>"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..engine import Engine
+from ..settings import Settings
+from ..store import operations, webhooks
+from .errors import ServiceError
+
+log = logging.getLogger("hindsight_recall.service.webhooks")
+
+RETAIN_COMPLETED = "retain.completed"
+#: how much of an endpoint's answer a delivery keeps
+MAX_KEPT_BODY = 2048
+
+
+class RetryLater(Exception):
+    """An attempt failed and the delivery has attempts left: queue it again in ``seconds``."""
+
+    def __init__(self, seconds: float, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.seconds, self.message, self.result = seconds, message, result
+
+
+class DeliveryFailed(Exception):
+    """An attempt failed and no attempt is left (or none can succeed): the delivery fails."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+# ---- where a webhook may point ------------------------------------------------------------------
+# A webhook is a request this server makes on a caller's behalf: one naming a private, loopback,
+# link-local or reserved address is refused unless its host is in WEBHOOK_ALLOWED_HOSTS, when it is
+# registered (as written) and before each delivery (as resolved).
+
+def _allowed(settings: Settings) -> set[str]:
+    return {h.strip().lower() for h in settings.webhook_allowed_hosts.split(",") if h.strip()}
+
+
+def _private(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return not ip.is_global or ip in ipaddress.ip_network("100.64.0.0/10")
+
+
+def check_url(url: str, settings: Settings) -> None:
+    """400 unless ``url`` is http(s) with a host that is public or allowed (an address checked as written)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        raise ServiceError(400, "invalid_webhook_url", f"url: {url[:200]!r} is not an http or https URL")
+    if host in _allowed(settings):
+        return
+    try:
+        private = _private(host)
+    except ValueError:
+        private = host == "localhost" or host.endswith(".localhost")
+    if private:
+        raise ServiceError(400, "invalid_webhook_url", f"url: {host} is a private, loopback or reserved address; "
+                           "allow it with HINDSIGHT_API_WEBHOOK_ALLOWED_HOSTS")
+
+
+async def check_resolved(url: str, settings: Settings) -> str | None:
+    """Why a delivery to ``url`` must not be made (its name resolves to a private address), or None."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in _allowed(settings):
+        return None
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, None)
+    except OSError as exc:
+        return f"{host} does not resolve: {exc}"
+    private = sorted({info[4][0] for info in found if _private(str(info[4][0]))})
+    return f"{host} resolves to a private address ({private[0]})" if private else None
+
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def sign(secret: str, body: bytes) -> str:
+    """Upstream's body signature: ``sha256=<hex>``, GitHub's construction."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def sign_v2(secret: str, body: bytes, timestamp: int) -> str:
+    """Upstream's timestamped signature, ``t=<unix seconds>,v1=<hex>`` over ``"<t>.<body>"``: a receiver
+    that checks ``t`` against a tolerance refuses replayed deliveries."""
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+async def fire_retain(engine: Engine, bank_id: str, items: Sequence[tuple[str | None, Sequence[str]]],
+                      operation_id: str | None = None) -> int:
+    """Queue ``retain.completed`` for each retained item, (document id, tags) each, to every enabled
+    webhook of the bank that takes it; how many deliveries were queued. Never raises: a retain that
+    committed stays a success (a failure to queue is logged)."""
+    try:
+        async with engine.db.connect() as conn:
+            hooks = await webhooks.subscribed(conn, bank_id, RETAIN_COMPLETED)
+            if not hooks:
+                return 0
+            documents = sorted({d for d, _ in items if d})
+            counts = await webhooks.document_counts(conn, bank_id, documents)
+            now, op = _iso(datetime.now(UTC)), operation_id or uuid.uuid4().hex
+            events = [_event(bank_id, op, now, document, tags, counts) for document, tags in items]
+            queued = [(uuid.uuid4(), json.dumps({"webhook_id": hook["id"], "url": hook["url"],
+                                                 "event_type": RETAIN_COMPLETED, "event_id": event_id,
+                                                 "http_config": hook["http_config"], "body": body}))
+                      for event_id, body in events for hook in hooks]
+            await webhooks.queue(conn, bank_id, queued)
+        return len(queued)
+    except Exception as exc:  # the retain is done; its notification is not worth failing it
+        log.warning("queueing webhook deliveries for bank %s failed: %s", bank_id, exc)
+        return 0
+
+
+def _event(bank_id: str, operation_id: str, now: str, document: str | None, tags: Sequence[str],
+           counts: dict[str, int]) -> tuple[str, str]:
+    """(event id, the JSON body) of one ``retain.completed``; null fields left out, as upstream."""
+    event_id = str(uuid.uuid4())
+    data: dict[str, Any] = {"tags": list(tags)} if tags else {}
+    if document:
+        data = {"document_id": document, **data, "memory_unit_count": counts.get(document, 0)}
+    body = {"event_id": event_id, "event": RETAIN_COMPLETED, "bank_id": bank_id, "operation_id": operation_id,
+            "status": "completed", "timestamp": now, "data": data}
+    return event_id, json.dumps(body, separators=(",", ":"))
+
+
+async def deliver(engine: Engine, op: operations.Operation, client: httpx.AsyncClient) -> dict[str, Any]:
+    """Make one attempt at the delivery ``op``; its result metadata. Raises :class:`RetryLater` or
+    :class:`DeliveryFailed` when the endpoint failed."""
+    async with engine.db.connect() as conn:
+        payload, _ = await operations.payload_of(conn, op.bank_id, op.operation_id)
+        task = json.loads(payload or "{}")
+        exists, secret = await webhooks.secret_of(conn, op.bank_id, task["webhook_id"])
+    result: dict[str, Any] = {"last_status_code": None, "last_response_body": None,
+                              "last_attempt_at": _iso(datetime.now(UTC))}
+    if not exists:
+        raise DeliveryFailed("the webhook was deleted", result)
+    refused = await check_resolved(task["url"], engine.settings)
+    if refused:  # never becomes allowed by trying again
+        raise DeliveryFailed(refused, result)
+    body, config = task["body"].encode(), task.get("http_config") or {}
+    headers = {"Content-Type": "application/json", **(config.get("headers") or {}),
+               "X-Hindsight-Event": task["event_type"], "X-Hindsight-Event-Id": task["event_id"],
+               "X-Hindsight-Delivery-Id": str(op.operation_id)}
+    if secret:
+        headers["X-Hindsight-Signature"] = headers["X-Hub-Signature-256"] = sign(secret, body)
+        headers["X-Hindsight-Signature-V2"] = sign_v2(secret, body, int(time.time()))
+    get = str(config.get("method", "POST")).upper() == "GET"
+    try:
+        response = await client.request("GET" if get else "POST", task["url"], headers=headers,
+                                        params=config.get("params") or None, content=None if get else body,
+                                        timeout=float(config.get("timeout_seconds", 30)))
+    except httpx.HTTPError as exc:
+        problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    else:
+        result.update(last_status_code=response.status_code, last_response_body=response.text[:MAX_KEPT_BODY])
+        if response.is_success:
+            return result
+        problem = f"the endpoint answered {response.status_code}"
+    delays = engine.settings.webhook_retry_delays
+    if op.retry_count < len(delays):
+        raise RetryLater(delays[op.retry_count], problem, result)
+    raise DeliveryFailed(f"{problem} (attempt {op.retry_count + 1} of {len(delays) + 1})", result)
