@@ -286,14 +286,18 @@ def test_every_unserved_route_answers_501_naming_it(http: httpx.Client) -> None:
             assert f"{method} {path}" in body["message"] and reason in body["message"]
 
 
-def test_llm_routes_say_no_llm_through_the_client(client: Any) -> None:
+def test_mental_models_directives_and_the_knowledge_base_through_the_client(client: Any) -> None:
+    """Reading them answers what is stored (nothing yet); writing a mental model is a model's work (501)."""
     bank_id = new_bank()
     client.create_bank(bank_id)
-    for call in (lambda: client.list_mental_models(bank_id), lambda: client.list_directives(bank_id),
-                 lambda: client.get_knowledge_base_tree(bank_id)):
-        with pytest.raises(ApiException) as caught:
-            call()
-        assert caught.value.status == 501 and "runs no LLM" in str(caught.value.body)
+    assert client.list_mental_models(bank_id).items == []
+    assert client.list_directives(bank_id).items == []
+    assert client.get_knowledge_base_tree(bank_id).roots == []
+    created = client.create_directive(bank_id, name="Brief", content="Answer in one sentence.")
+    assert [d.name for d in client.list_directives(bank_id).items] == ["Brief"] and created.is_active
+    with pytest.raises(ApiException) as caught:
+        client.create_mental_model(bank_id, name="Alice", source_query="Who is Alice?")
+    assert caught.value.status == 501 and "written by a model" in str(caught.value.body)
 
 
 # --- bank settings are range-checked ------------------------------------------------------------

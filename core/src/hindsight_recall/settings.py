@@ -253,6 +253,8 @@ class Settings(BaseSettings, BankSettings):
     #: hosts a webhook may name although they are private, loopback or link-local addresses
     #: (comma-separated); others are refused when the webhook is registered
     webhook_allowed_hosts: str = ""
+    #: record every write (who, what, when) in the bank's audit log
+    audit_log_enabled: bool = True
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True
     #: seconds a console login lasts (its cookie holds a signed token, never the key)

@@ -14,6 +14,8 @@ class LLMError(RecallError):
 
     status = 502
     code = "llm_error"
+    #: the HTTP status the model's server answered, when it answered with an error
+    answered: int | None = None
 
 
 class LLMNotConfigured(LLMError):

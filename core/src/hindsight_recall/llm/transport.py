@@ -90,9 +90,11 @@ class LLMHTTP:
                 if status is None:
                     return payload
                 if last or not self.retry.retry_status(status):
-                    raise LLMError(self.scrub(
+                    error = LLMError(self.scrub(
                         f"{where} answered HTTP {status} after {attempt + 1} attempt(s): "
                         f"{payload[:300]!r}{_KEY_HINT.get(status, '')}"))
+                    error.answered = status
+                    raise error
                 await asyncio.sleep(self.retry.delay(attempt, wait, self.timeout))
         raise AssertionError("unreachable")  # pragma: no cover
 

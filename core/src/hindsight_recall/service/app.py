@@ -24,6 +24,7 @@ from ..engine import Engine
 from ..reflect import close_reflector
 from ..settings import Settings, load_settings, redact
 from .aliases import AliasResolver, AliasRouting
+from .audit import AuditLog
 from .console import console_routes
 from .errors import http_error
 from .metrics import ServiceMetrics
@@ -71,12 +72,13 @@ async def live(request: Request) -> Response:
 
 async def version_info(request: Request) -> Response:
     """Upstream's feature flags, true for what this server serves."""
+    settings = request.app.state.engine.settings
     return answer(request, "VersionResponse", {
         "api_version": UPSTREAM_API_VERSION,
         "features": {"observations": False, "mcp": request.app.state.mcp,
                      "worker": request.app.state.worker.slots > 0, "bank_config_api": True,
-                     "bank_llm_health": False, "file_upload_api": False, "document_export_api": True,
-                     "document_import_api": True, "audit_log": False, "llm_trace": False,
+                     "bank_llm_health": True, "file_upload_api": False, "document_export_api": True,
+                     "document_import_api": True, "audit_log": settings.audit_log_enabled, "llm_trace": False,
                      "store_document_text": True},
         **_server(),
     })
@@ -158,7 +160,7 @@ def create_app(settings: Settings | None = None) -> Any:
     app.state.worker = worker
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
-    return Guard(AliasRouting(app, resolver), settings, state, service_metrics)
+    return Guard(AliasRouting(AuditLog(app, engine, "http"), resolver), settings, state, service_metrics)
 
 
 async def _work(loading: asyncio.Task[None], state: ServiceState, worker: Worker) -> None:

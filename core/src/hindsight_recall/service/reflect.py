@@ -7,6 +7,7 @@ accepted and change nothing; ``tag_groups`` is refused as recall refuses it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -14,9 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import QueryTooLong
-from ..llm.errors import LLMError
+from ..errors import BankNotFound, QueryTooLong
+from ..llm.errors import LLMError, LLMNotConfigured, LLMTimeout
+from ..llm.types import ChatRequest, Message
 from ..reflect import reflector_for
+from ..store import banks
 from ..types import Budget, FactType, TagsMatch
 from .base import bank_of, body_of, endpoint, engine_of
 from .errors import ServiceError
@@ -103,6 +106,40 @@ async def reflect(request: Request) -> Response:
     return answer(request, "ReflectResponse", result)
 
 
+#: the reply a probe asks for: a word is enough to know the model answers
+PROBE = ChatRequest(system="Reply with the single word: ok", messages=[Message("user", "ok?")], max_tokens=5)
+
+
+def _probe_status(exc: LLMError) -> str:
+    """Upstream's name for why a probe failed (never the provider, model, endpoint or raw error)."""
+    if isinstance(exc, LLMNotConfigured):
+        return "not_configured"
+    if isinstance(exc, LLMTimeout):
+        return "timeout"
+    return "auth_failed" if exc.answered in (401, 403) else "unreachable"
+
+
+@endpoint
+async def health_llm(request: Request) -> Response:
+    """Probe the chat model the bank's reflect uses with one minimal call (retain and consolidation use
+    none here, so reflect is the one operation listed). 404 for an unknown bank."""
+    bank_id = bank_of(request)
+    engine = engine_of(request)
+    async with engine.db.connect() as conn:
+        if await banks.bank_config(conn, bank_id) is None:
+            raise BankNotFound(bank_id)
+    began = time.perf_counter()
+    try:
+        await reflector_for(engine).llm().complete(PROBE)
+    except LLMError as exc:
+        health = {"operation": "reflect", "ok": False, "status": _probe_status(exc), "latency_ms": None}
+    else:
+        health = {"operation": "reflect", "ok": True, "status": "connected",
+                  "latency_ms": round((time.perf_counter() - began) * 1000, 1)}
+    return answer(request, "BankLlmHealthResponse", {"bank_id": bank_id, "operations": [health]})
+
+
 def routes(banks_path: str) -> list[Route]:
-    """The reflect route."""
-    return [Route(f"{banks_path}/reflect", reflect, methods=["POST"])]
+    """The reflect route and the probe of its model."""
+    return [Route(f"{banks_path}/reflect", reflect, methods=["POST"]),
+            Route(f"{banks_path}/health/llm", health_llm, methods=["POST"])]

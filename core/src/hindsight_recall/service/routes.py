@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from . import (
     aliases,
+    audit,
     banks,
     directives,
     documents,
@@ -40,7 +41,7 @@ def api_routes() -> list[Route]:
             *transfer.routes(BANKS_PATH), *reflect.routes(BANKS_PATH), *documents.routes(BANKS_PATH),
             *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
             *directives.routes(BANKS_PATH), *mental_models.routes(BANKS_PATH), *webhooks.routes(BANKS_PATH),
-            *unserved.routes()]
+            *audit.routes(BANKS_PATH), *unserved.routes()]
 
 
 def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRouting:
@@ -48,4 +49,4 @@ def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRou
     tools call in process)."""
     app = Starlette(routes=api_routes(), exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.service, app.state.metrics = engine, ServiceState(ready=True), ServiceMetrics()
-    return aliases.AliasRouting(app, resolver)
+    return aliases.AliasRouting(audit.AuditLog(app, engine, "mcp"), resolver)

@@ -40,12 +40,8 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
                                        "memories with DELETE .../memories?type=observation)"),
     (f"{B}/observations/scopes", ("GET",), f"{NO_LLM}; observation scopes belong to consolidation"),
     (f"{B}/memories/{{memory_id}}/observations", ("DELETE",), f"{NO_LLM}; observations are consolidated by one"),
-    (f"{B}/health/llm", ("POST",), f"{NO_LLM} to probe"),
     (f"{B}/llm-requests", ("GET",), f"{NO_LLM}, so there are no LLM requests to list"),
     (f"{B}/llm-requests/stats", ("GET",), f"{NO_LLM}, so there are no LLM requests to count"),
-    (f"{B}/audit-logs", ("GET",), "audit logs are not implemented by this server"),
-    (f"{B}/audit-logs/stats", ("GET",), "audit logs are not implemented by this server"),
-    (f"{B}/audit-logs/{{log_id}}", ("GET",), "audit logs are not implemented by this server"),
     (f"{B}/attachments/{{attachment_id}}", ("GET",), "retain stores text only: there are no file attachments"),
     ("/v1/bank-template-schema", ("GET",), "bank templates (mental models, directives, LLM settings) are not "
                                            "implemented by this server"),

@@ -1,0 +1,129 @@
+"""The audit log over ``serve``: every write to a bank recorded with who, what and when, read back with
+upstream's filters, its stats and one entry whole; kept after the bank is deleted; off by setting."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from hindsight_recall.service.audit import ACTIONS
+from hindsight_recall.service.routes import api_routes
+from hindsight_recall.service.unserved import UNSERVED
+from hindsight_recall.service.wire import EXTRAS
+from hindsight_recall.settings import Settings
+from hindsight_recall.testing.service import ServerThread
+
+#: writes that are reads sent as POST: not recorded
+READS = {("POST", "/v1/default/banks/{bank_id}/memories/recall"), ("POST", "/v1/default/banks/{bank_id}/reflect")}
+
+
+@pytest.fixture(scope="module")
+def server(make_settings: Callable[..., Settings]) -> Iterator[Any]:
+    running = ServerThread(make_settings()).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def http(server: Any) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60, headers={**EXTRAS, "User-Agent": "audit-test/1"}) as c:
+        yield c
+
+
+def entries(http: httpx.Client, b: str, **params: Any) -> list[dict[str, Any]]:
+    answer = http.get(f"{b}/audit-logs", params=params)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["items"]  # type: ignore[no-any-return]
+
+
+def test_every_write_route_names_its_action() -> None:
+    unserved = {(m, p) for p, methods, _ in UNSERVED for m in methods}
+    writes = {(m, r.path) for r in api_routes() for m in r.methods or () if m not in ("GET", "HEAD")
+              and r.path.startswith("/v1/default/banks/{bank_id}")}
+    assert writes - unserved - READS == set(ACTIONS)
+
+
+def test_writes_are_recorded_with_who_what_and_when(http: httpx.Client) -> None:
+    b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    assert http.put(b, json={"name": "Audited"}).status_code == 200
+    assert http.post(f"{b}/memories", json={"items": [{"content": "Alice runs.", "document_id": "d"}]}).status_code \
+        == 200
+    assert http.post(f"{b}/memories", json={"items": [{}]}).status_code == 422
+    assert http.patch(f"{b}/config", json={"updates": {"recall_rrf_k": 40}}).status_code == 200
+    http.post(f"{b}/memories/recall", json={"query": "Alice"})
+    http.get(f"{b}/stats")
+    listed = entries(http, b)
+    assert [e["action"] for e in listed] == ["update_bank_config", "retain", "retain", "create_bank"]
+    failed, retained = listed[1], listed[2]
+    assert failed["metadata"]["status_code"] == 422 and retained["metadata"]["status_code"] == 200
+    assert retained["transport"] == "http" and retained["metadata"]["user_agent"] == "audit-test/1"
+    assert retained["metadata"]["client"] == "127.0.0.1" and retained["metadata"]["method"] == "POST"
+    assert datetime.fromisoformat(retained["started_at"]) >= before
+    assert retained["ended_at"] >= retained["started_at"] and retained["duration_ms"] >= 0
+    whole = http.get(f"{b}/audit-logs/{retained['id']}").json()
+    assert whole["request"]["items"][0]["content"] == "Alice runs."
+    assert whole["response"]["success"] is True
+    assert [e["action"] for e in entries(http, b, action="retain")] == ["retain", "retain"]
+    assert entries(http, b, transport="mcp") == []
+    assert len(entries(http, b, limit=1, offset=1)) == 1
+    assert entries(http, b, start_date=(datetime.now(UTC) + timedelta(hours=1)).isoformat()) == []
+    stats = http.get(f"{b}/audit-logs/stats", params={"period": "1d"}).json()
+    assert stats["trunc"] == "day" and stats["period"] == "1d"
+    assert sum(bucket["total"] for bucket in stats["buckets"]) == 4
+    assert stats["buckets"][-1]["actions"]["retain"] == 2
+    assert http.get(f"{b}/audit-logs/stats", params={"action": "create_bank"}).json()["buckets"][0]["total"] == 1
+
+
+def test_a_deleted_banks_log_is_kept(http: httpx.Client) -> None:
+    b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+    http.put(b, json={})
+    assert http.delete(b).status_code == 200
+    assert [e["action"] for e in entries(http, b)] == ["delete_bank", "create_bank"]
+    assert http.get(f"{b}/stats").status_code == 404
+
+
+def test_the_api_key_is_kept_as_a_fingerprint(make_settings: Callable[..., Settings]) -> None:
+    key = "audit-key-0123456789"
+    server = ServerThread(make_settings(service_api_key=key)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60,
+                          headers={**EXTRAS, "Authorization": f"Bearer {key}"}) as http:
+            b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+            http.put(b, json={})
+            (entry,) = entries(http, b)
+            assert entry["metadata"]["api_key"].startswith("sha256:") and key not in str(entry)
+            whole = http.get(f"{b}/audit-logs/{entry['id']}").json()
+            assert key not in str(whole)
+    finally:
+        server.stop()
+
+
+def test_bad_reads_of_the_log(http: httpx.Client) -> None:
+    b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+    assert http.get(f"{b}/audit-logs").status_code == 404
+    http.put(b, json={})
+    assert http.get(f"{b}/audit-logs/{uuid.uuid4()}").status_code == 404
+    assert http.get(f"{b}/audit-logs/not-an-id").status_code == 404
+    assert http.get(f"{b}/audit-logs", params={"limit": "501"}).status_code == 400
+    assert http.get(f"{b}/audit-logs", params={"transport": "carrier-pigeon"}).status_code == 400
+    assert http.get(f"{b}/audit-logs", params={"start_date": "soon"}).status_code == 400
+    assert http.get(f"{b}/audit-logs/stats", params={"period": "2y"}).json()["period"] == "7d"
+
+
+def test_switched_off_nothing_is_recorded(make_settings: Callable[..., Settings]) -> None:
+    server = ServerThread(make_settings(audit_log_enabled=False)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=60, headers=EXTRAS) as http:
+            b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+            http.put(b, json={})
+            assert entries(http, b) == []
+            assert http.get("/version").json()["features"]["audit_log"] is False
+    finally:
+        server.stop()
