@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 
 MAX_BODY = 8_000_000
 
@@ -31,7 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture
 def http(server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with httpx.Client(base_url=server.url, timeout=120, headers=EXTRAS) as c:
         yield c
 
 
@@ -197,7 +198,7 @@ def test_a_request_cut_by_shutdown_answers_503_with_retry_after_and_writes_nothi
     def retain() -> None:
         try:
             answer["response"] = httpx.post(f"{url}/v1/default/banks/cut/memories", json={"items": items},
-                                            timeout=120)
+                                            headers=EXTRAS, timeout=120)
         except httpx.HTTPError as exc:
             answer["response"] = exc
 
