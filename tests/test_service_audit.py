@@ -17,8 +17,8 @@ from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.service import ServerThread
 
-#: writes that are reads sent as POST: not recorded
-READS = {("POST", "/v1/default/banks/{bank_id}/memories/recall"), ("POST", "/v1/default/banks/{bank_id}/reflect")}
+#: reads sent as POST (and the model's probe): not recorded
+READS = {("POST", f"/v1/default/banks/{{bank_id}}/{p}") for p in ("memories/recall", "reflect", "health/llm")}
 
 
 @pytest.fixture(scope="module")

@@ -116,3 +116,25 @@ def test_mental_models_and_the_knowledge_base_read_what_is_stored(http: httpx.Cl
     # writing one is a model's work: 501 naming why
     refused = http.post(f"{b}/mental-models", json={"name": "n", "source_query": "q"})
     assert refused.status_code == 501 and "written by a model" in refused.json()["message"]
+
+
+def test_a_bank_template_carries_its_directives(http: httpx.Client) -> None:
+    b = fresh(http)
+    http.post(f"{b}/directives", json={"name": "Formal", "content": "Answer formally.", "priority": 2,
+                                       "tags": ["work"]})
+    http.post(f"{b}/directives", json={"name": "Off", "content": "Unused.", "is_active": False})
+    template = http.get(f"{b}/export").json()
+    assert template["directives"] == [
+        {"name": "Formal", "content": "Answer formally.", "priority": 2, "is_active": True, "tags": ["work"]},
+        {"name": "Off", "content": "Unused.", "priority": 0, "is_active": False, "tags": []}]
+    other = fresh(http)
+    http.post(f"{other}/directives", json={"name": "Formal", "content": "Old wording."})
+    dry = http.post(f"{other}/import", params={"dry_run": "true"}, json=template).json()
+    assert (dry["directives_created"], dry["directives_updated"]) == (["Off"], ["Formal"])
+    assert [d["content"] for d in http.get(f"{other}/directives").json()["items"]] == ["Old wording."]
+    applied = http.post(f"{other}/import", json=template).json()
+    assert (applied["directives_created"], applied["directives_updated"]) == (["Off"], ["Formal"])
+    assert http.get(f"{other}/export").json()["directives"] == template["directives"]
+    bad = http.post(f"{other}/import", json={"version": "1", "directives": [{"name": "No content"}]})
+    assert bad.status_code == 400 and "directives" in bad.json()["message"]
+    assert http.post(f"{other}/import", json={"version": "1", "directives": "x"}).status_code == 400

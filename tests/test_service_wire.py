@@ -15,6 +15,7 @@ import asyncio
 import io
 import json
 import re
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ import pytest
 from hindsight_recall.service.unserved import UNSERVED
 from hindsight_recall.service.wire import EXTRAS, ROWS_KEEP_NULLS, schemas, shape
 from hindsight_recall.settings import Settings
-from hindsight_recall.testing.http_server import FixtureServer
+from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import openai_routes
 from hindsight_recall.testing.service import ServerThread
 
@@ -107,15 +108,14 @@ class Checked:
 
 
 #: upstream's operations answered 410 there too (removed), and the Prometheus text
-GONE = {("GET", "/v1/default/banks/{bank_id}/document-transfer"), ("GET", "/metrics"),
-        # 501 until document events are recorded
-        ("GET", "/v1/default/banks/{bank_id}/documents/{document_id}/history")}
+GONE = {("GET", "/v1/default/banks/{bank_id}/document-transfer"), ("GET", "/metrics")}
 
 
-#: served routes that read or remove a mental model or knowledge page by id: none is ever kept (writing one
-#: is a model's work), so they answer 404, checked like every answer
+#: served routes that read or remove a mental model, a knowledge page or an attachment by id: none is ever
+#: kept (writing one is a model's work; retain stores text only), so they answer 404, checked like every answer
 NEVER_FOUND = {(m, f"/v1/default/banks/{{bank_id}}/{p}") for m, p in (
-    ("GET", "mental-models/{mental_model_id}"), ("PATCH", "mental-models/{mental_model_id}"),
+    ("GET", "attachments/{attachment_id}"), ("GET", "mental-models/{mental_model_id}"),
+    ("PATCH", "mental-models/{mental_model_id}"),
     ("DELETE", "mental-models/{mental_model_id}"), ("GET", "mental-models/{mental_model_id}/history"),
     ("POST", "mental-models/{mental_model_id}/clear"), ("GET", "knowledge-base/pages/{page_id}"),
     ("PATCH", "knowledge-base/nodes/{node_id}"), ("DELETE", "knowledge-base/nodes/{node_id}"))}
@@ -146,15 +146,79 @@ def server(llm: FixtureServer, make_settings: Callable[..., Settings]) -> Iterat
         running.stop()
 
 
+#: every answer checked in this module, by operation (the last test reads it)
+CHECKED = Checked()
+
+
+def strict_client(url: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=120, event_hooks={"response": [CHECKED.hook]})
+
+
 def test_every_served_route_answers_upstreams_exact_shape(server: Any) -> None:
-    checked = Checked()
-    with httpx.Client(base_url=server.url, timeout=120, event_hooks={"response": [checked.hook]}) as http:
+    with strict_client(server.url) as http:
         scenario(http, f"wire-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(scope="module")
+def working(llm: FixtureServer, make_settings: Callable[..., Settings]) -> Iterator[Any]:
+    """``serve`` with its queue worker, for what completed operations show."""
+    running = ServerThread(make_settings(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
+                                         llm_model="stub-model", llm_max_retries=0, llm_timeout=5)).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def retained(http: httpx.Client, b: str, items: list[dict[str, Any]]) -> str:
+    """Queue an async retain and wait for it to complete; its operation id."""
+    operation_id: str = http.post(f"{b}/memories", json={"items": items, "async": True}).json()["operation_id"]
+    deadline = time.monotonic() + 60
+    while http.get(f"{b}/operations/{operation_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return operation_id
+
+
+def test_document_history_audit_log_templates_and_the_model_probe(working: Any, llm: FixtureServer) -> None:
+    b = f"/v1/default/banks/wire-h-{uuid.uuid4().hex[:8]}"
+    with strict_client(working.url) as http:
+        first = retained(http, b, [{"content": "Ann sails.", "document_id": "log"},
+                                   {"content": "Ann rows.", "document_id": "log"}])
+        added = retained(http, b, [{"content": "Ann swims.", "document_id": "log", "update_mode": "append"}])
+        replaced = retained(http, b, [{"content": "Ann rests.", "document_id": "log"}])
+        history = http.get(f"{b}/documents/log/history").json()
+        assert history["total"] == 3
+        assert [(e["operation_id"], e["kind"], e["facts_added"], e["facts_removed"]) for e in history["items"]] == [
+            (replaced, "retain", 1, 3), (added, "append", 1, 0), (first, "retain", 2, 0)]
+        assert len(http.get(f"{b}/documents/log/history", params={"limit": 1, "offset": 1}).json()["items"]) == 1
+        assert http.get(f"{b}/documents/nope/history").status_code == 404
+        assert http.get(f"{b}/documents/log/history", params={"limit": 0}).status_code == 400
+        schema = http.get("/v1/bank-template-schema").json()
+        jsonschema.validate(http.get(f"{b}/export").json(), schema)
+        assert {"version", "bank"} <= set(schema["properties"])
+        assert http.get(f"{b}/attachments/a1").status_code == 404
+        assert http.get(f"{b}-nope/attachments/a1").status_code == 404
+        entries = http.get(f"{b}/audit-logs").json()["items"]
+        assert entries and http.get(f"{b}/audit-logs/{entries[0]['id']}").status_code == 200
+        assert http.get(f"{b}/audit-logs/stats").status_code == 200
+        assert http.get(f"{b}/audit-logs/{uuid.uuid4()}").status_code == 404
+        assert http.get(f"{b}-nope/audit-logs").status_code == 404
+        probe = http.post(f"{b}/health/llm").json()
+        assert probe["operations"][0]["ok"] and probe["operations"][0]["status"] == "connected"
+        llm.script("POST", "/v1/chat/completions", Reply(401, {"error": "bad key"}))
+        assert http.post(f"{b}/health/llm").json()["operations"][0]["status"] == "auth_failed"
+        llm.script("POST", "/v1/chat/completions", Reply(500, {"error": "down"}))
+        assert http.post(f"{b}/health/llm").json()["operations"][0]["status"] == "unreachable"
+        assert http.post(f"{b}-nope/health/llm").status_code == 404
+
+
+def test_every_served_route_was_checked() -> None:
     missing = sorted(op for op in served() if not any(s < 400 or op in NEVER_FOUND and s == 404
-                                                      for s in checked.seen.get(op, ())))
+                                                      for s in CHECKED.seen.get(op, ())))
     assert not missing, f"served routes never answered with a success: {missing}"
-    errors = sum(1 for statuses in checked.seen.values() for s in statuses if s >= 400)
-    assert errors >= 15
+    errors = sum(1 for statuses in CHECKED.seen.values() for s in statuses if s >= 400)
+    assert errors >= 25
 
 
 def scenario(http: httpx.Client, bank: str) -> None:
@@ -334,3 +398,19 @@ def test_shaping_follows_the_schema() -> None:
 
 def test_the_packaged_schemas_are_upstreams() -> None:
     assert schemas() == UPSTREAM["schemas"]
+
+
+def test_the_route_table_in_the_docs_says_what_each_route_does() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "service.md").read_text()
+    section = text.split("### Every upstream route", 1)[1].split("\n### ", 1)[0]
+    rows = dict(re.findall(r"^\| `([A-Z]+ [^`]+)` \| ([^|]+) \|$", section, re.M))
+    unserved = {(m, p) for p, methods, _ in UNSERVED for m in methods}
+    expected = {}
+    for path, methods in UPSTREAM["paths"].items():
+        for method in methods:
+            key = f"{method.upper()} {path.replace('/v1/default/banks/{bank_id}', '…')}"
+            op = (method.upper(), path)
+            expected[key] = ("501" if op in unserved else "410" if op == ("GET", "/v1/default/banks/{bank_id}/"
+                             "document-transfer") else "served with your model" if path.endswith("/reflect")
+                             else "served")
+    assert {key: re.split(r"[:,(]", status)[0].strip() for key, status in rows.items()} == expected

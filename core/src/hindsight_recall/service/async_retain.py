@@ -173,7 +173,12 @@ async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[s
     body = RetainBody.model_validate_json(payload)
     name_documents(body, op.operation_id)
     if plan is None:
-        plan = {"existing": await engine.document_memory_ids(op.bank_id, appended(body))}
+        named = sorted({item.document_id for item in body.items if item.document_id})
+        found = await engine.document_memory_ids(op.bank_id, named)
+        # what each document had before: the appended ones' memories (placed after them), and every
+        # document's count (its history: a replaced document's memories were removed)
+        plan = {"existing": {d: found.get(d, []) for d in appended(body)},
+                "before": {d: len(found.get(d, [])) for d in named}}
         await record_plan(json.dumps(plan))
     existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
     where, replaced = placements(op.bank_id, body, existing_ids)

@@ -2,11 +2,12 @@
 
 :class:`AuditLog` sits between alias routing and the routes, so the bank it records is the bank's own
 id. A write is any request to a bank's route in :data:`ACTIONS` (upstream's action names); reads that
-travel as POST (recall, reflect) are not writes. The entry is stored once the answer has gone out, so
-it costs the caller nothing; it holds the request and response bodies (up to :data:`MAX_KEPT_BYTES`
-each), the answer's status, and who asked: the client's address, its user agent, the fingerprint of
-its API key (never the key) and the alias it named. Failed writes are recorded too. Entries stay after
-their bank is deleted, so its deletion stays on record. AUDIT_LOG_ENABLED=false records nothing.
+travel as POST (recall, reflect, the model's probe) are not writes. The entry is stored as the answer's
+last part goes out, so a caller that has the answer finds its entry (it costs the write one insert). It
+holds the request and response bodies (up to :data:`MAX_KEPT_BYTES` each), the answer's status, and who
+asked: the client's address, its user agent, the fingerprint of its API key (never the key) and the alias
+it named. Failed writes are recorded too. Entries stay after their bank is deleted, so its deletion
+stays on record. AUDIT_LOG_ENABLED=false records nothing.
 """
 
 from __future__ import annotations
@@ -146,6 +147,9 @@ class AuditLog:
                 sent["size"] += len(chunk)
                 if len(sent["body"]) <= MAX_KEPT_BYTES:
                     sent["body"] += chunk
+                if not message.get("more_body"):  # recorded before the answer ends: a caller that got it
+                    sent["recorded"] = True       # finds the entry
+                    await self._record(self._entry(scope, action, params, started, taken, sent))
             await send(message)
 
         try:
@@ -153,9 +157,9 @@ class AuditLog:
         except asyncio.CancelledError:  # cut short (a timeout, a shutdown): no answer to record
             raise
         except BaseException:
-            await self._record(self._entry(scope, action, params, started, taken, sent))
+            if not sent.get("recorded"):
+                await self._record(self._entry(scope, action, params, started, taken, sent))
             raise
-        await self._record(self._entry(scope, action, params, started, taken, sent))
 
     def _entry(self, scope: Scope, action: str, params: dict[str, Any], started: datetime, taken: dict[str, Any],
                sent: dict[str, Any]) -> dict[str, Any]:

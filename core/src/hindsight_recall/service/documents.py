@@ -11,6 +11,7 @@ from starlette.routing import Route
 from ..errors import BankNotFound
 from ..store import banks, chunks, documents
 from ..store.db import database_errors
+from . import history
 from ._params import bounded_int, checked_text, date_query, path_text, tags_match_query, tags_query
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
 from .errors import ServiceError
@@ -108,13 +109,8 @@ async def list_chunks(request: Request) -> Response:
 
 @endpoint
 async def document_history(request: Request) -> Response:
-    """Upstream rebuilds a document's history from the events its asynchronous operations recorded
-    (facts and observations each change added or removed); this server records no such events."""
-    path_text(request, "document_id")
-    raise ServiceError(501, "not_implemented", "GET /v1/default/banks/{bank_id}/documents/{document_id}/history: "
-                       "a document's change history is rebuilt from per-operation fact and observation events, "
-                       "which hindsight-recall does not record; the document's created_at and updated_at are "
-                       "in GET .../documents/{document_id}")
+    """The document's history, rebuilt from the bank's async operations (:mod:`.history`)."""
+    return await history.document_history(request)
 
 
 @endpoint

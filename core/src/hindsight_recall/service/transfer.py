@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -28,12 +29,13 @@ from starlette.routing import Route
 
 from ..errors import BankNotFound, InvalidRequest
 from ..settings import BankSettings
-from ..store import banks
+from ..store import banks, directives
 from ..store import transfer as store
 from ..transfer import DOWNLOAD_PATH
 from .banks import TRAITS
 from .base import bank_of, endpoint, engine_of
-from .errors import ServiceError
+from .directives import CreateDirectiveBody
+from .errors import ServiceError, validation_message
 from .wire import answer
 
 TEMPLATE_VERSION = "1"
@@ -244,13 +246,18 @@ async def template_export(request: Request) -> Response:
     if row["mission"]:
         bank["reflect_mission"] = row["mission"]
     bank.update({f"disposition_{t}": v for t, v in (row["disposition"] or {}).items()})
+    async with engine_of(request).db.connect() as conn:
+        rules, _ = await directives.page(conn, bank_id, tags=None, tags_match="any", active_only=False,
+                                         limit=directives.MAX_TEMPLATE, offset=0)
+    kept = [{k: rule[k] for k in ("name", "content", "priority", "is_active", "tags")} for rule in rules]
     return answer(request, "BankTemplateManifest", {"version": TEMPLATE_VERSION, "bank": bank or None,
-                                                    "mental_models": None, "directives": None})
+                                                    "mental_models": None, "directives": kept or None})
 
 
 @endpoint
 async def template_import(request: Request) -> Response:
-    """Apply a template's bank settings; mental models and directives need an LLM and are refused (501)."""
+    """Apply a template's bank settings and directives (one with a directive's name replaces it); mental
+    models are written by a model and are refused (501)."""
     bank_id = bank_of(request)
     dry_run = bool(_flag(request, "dry_run", False))
     try:
@@ -267,10 +274,17 @@ async def template_import(request: Request) -> Response:
     if unknown:
         raise ServiceError(400, "invalid_template", f"Template schema validation failed: {unknown[0]}: "
                                                     "Extra inputs are not permitted")
-    if manifest.get("mental_models") or manifest.get("directives"):
-        what = "mental_models" if manifest.get("mental_models") else "directives"
-        raise ServiceError(501, "not_implemented", f"POST /v1/default/banks/{{bank_id}}/import: {what} shape what "
-                           "an LLM writes (reflect, mental models); this server runs no LLM and keeps none")
+    if manifest.get("mental_models"):
+        raise ServiceError(501, "not_implemented", "POST /v1/default/banks/{bank_id}/import: mental_models are "
+                           "written by a model, which this server does not do, and it keeps none")
+    rules = manifest.get("directives") or []
+    if not isinstance(rules, list):
+        raise ServiceError(400, "invalid_template", "Template schema validation failed: directives: must be a list")
+    try:
+        wanted = [CreateDirectiveBody.model_validate(rule) for rule in rules]
+    except ValidationError as exc:
+        raise ServiceError(400, "invalid_template", f"Template schema validation failed: directives: "
+                                                    f"{validation_message(exc)}") from None
     bank = manifest.get("bank") or {}
     if not isinstance(bank, dict):
         raise ServiceError(400, "invalid_template", "Template schema validation failed: bank: must be an object")
@@ -283,18 +297,28 @@ async def template_import(request: Request) -> Response:
     config = {k: v for k, v in bank.items() if k in BankSettings.model_fields and v is not None}
     used = {*config, *(f"disposition_{t}" for t in traits), *(("reflect_mission",) if "mission" in profile else ())}
     ignored = sorted(k for k, v in bank.items() if v is not None and k not in used)
-    if not dry_run:
-        try:
-            async with engine_of(request).db.connect() as conn:
+    async with engine_of(request).db.connect() as conn:
+        existing = await directives.ids_by_name(conn, bank_id)
+        changed = {"created": [r.name for r in wanted if r.name not in existing],
+                   "updated": [r.name for r in wanted if r.name in existing]}
+        if not dry_run:
+            try:
                 await banks.set_bank_profile(conn, bank_id, profile)
                 if config:
                     await banks.set_bank_config(conn, bank_id, config)
-        except InvalidRequest as exc:
-            raise ServiceError(400, "invalid_template", f"Template validation failed: {exc}") from None
+                for rule in wanted:
+                    fields = rule.model_dump()
+                    if rule.name in existing:
+                        await directives.update(conn, bank_id, existing[rule.name], fields)
+                    else:
+                        await directives.create(conn, bank_id, fields)
+            except InvalidRequest as exc:
+                raise ServiceError(400, "invalid_template", f"Template validation failed: {exc}") from None
     headers = {"X-Hindsight-Ignored-Fields": ",".join(ignored)} if ignored else None
     return answer(request, "BankTemplateImportResponse", {
         "bank_id": bank_id, "config_applied": bool(bank), "mental_models_created": [], "mental_models_updated": [],
-        "directives_created": [], "directives_updated": [], "operation_ids": [], "dry_run": dry_run}, headers=headers)
+        "directives_created": changed["created"], "directives_updated": changed["updated"], "operation_ids": [],
+        "dry_run": dry_run}, headers=headers)
 
 
 def routes(banks_path: str) -> list[Route]:

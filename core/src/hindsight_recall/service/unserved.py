@@ -12,9 +12,11 @@ from starlette.routing import Route
 
 from .errors import ServiceError, error_response
 
-NO_LLM = "this server runs no LLM"
+#: why the routes whose work is a model's are not served (reflect, one recall and one answer, is)
+MODEL_WORK = "this server runs no model-written steps besides reflect's answer"
 #: why the mental-model routes that write are not served
-WRITTEN = "mental models are written by a model (a long-lived reflect), which this server does not run"
+WRITTEN = "mental models are written by a model (a long-lived reflect), which this server does not do"
+CONSOLIDATION = f"{MODEL_WORK}: consolidating memories into observations is one"
 B = "/v1/default/banks/{bank_id}"
 
 #: (path, methods, reason): every upstream route answered 501, literal paths before ``{param}`` ones
@@ -24,27 +26,24 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/mental-models/{{mental_model_id}}/dry-run-refresh", ("POST",),
      f"{WRITTEN}; a dry run is the model's answer without storing it"),
     (f"{B}/knowledge-base/pages", ("POST",), f"{WRITTEN}; a knowledge page is a mental model"),
-    (f"{B}/knowledge-base/folders", ("POST",), "knowledge-base folders hold mental models, which this server does "
-                                               "not keep"),
-    (f"{B}/memories/dry-run-extract", ("POST",), f"{NO_LLM}; fact extraction is an LLM step (retain stores items "
+    (f"{B}/knowledge-base/folders", ("POST",), "knowledge-base folders hold knowledge pages (mental models), "
+                                               "which this server does not keep"),
+    (f"{B}/memories/dry-run-extract", ("POST",), f"{MODEL_WORK}: fact extraction is one (retain stores items "
                                                  "verbatim)"),
-    (f"{B}/prompts/preview", ("POST",), f"{NO_LLM}; there are no LLM prompts to preview"),
-    (f"{B}/entities/{{entity_id}}/regenerate", ("POST",), f"{NO_LLM}; entity observations are written by one"),
-    (f"{B}/documents/{{document_id}}/reprocess", ("POST",), f"{NO_LLM}; reprocessing re-runs LLM extraction"),
-    (f"{B}/files/retain", ("POST",), f"{NO_LLM}; files are converted and extracted by one (retain text items "
-                                     "instead)"),
-    (f"{B}/consolidate", ("POST",), f"{NO_LLM}; consolidation into observations is an LLM step"),
-    (f"{B}/consolidation-strategies/preview", ("POST",), f"{NO_LLM}; consolidation is an LLM step"),
-    (f"{B}/consolidation/recover", ("POST",), f"{NO_LLM}; consolidation is an LLM step"),
-    (f"{B}/observations", ("DELETE",), f"{NO_LLM}; observations are consolidated by one (delete observation "
-                                       "memories with DELETE .../memories?type=observation)"),
-    (f"{B}/observations/scopes", ("GET",), f"{NO_LLM}; observation scopes belong to consolidation"),
-    (f"{B}/memories/{{memory_id}}/observations", ("DELETE",), f"{NO_LLM}; observations are consolidated by one"),
-    (f"{B}/llm-requests", ("GET",), f"{NO_LLM}, so there are no LLM requests to list"),
-    (f"{B}/llm-requests/stats", ("GET",), f"{NO_LLM}, so there are no LLM requests to count"),
-    (f"{B}/attachments/{{attachment_id}}", ("GET",), "retain stores text only: there are no file attachments"),
-    ("/v1/bank-template-schema", ("GET",), "bank templates (mental models, directives, LLM settings) are not "
-                                           "implemented by this server"),
+    (f"{B}/prompts/preview", ("POST",), f"{MODEL_WORK}: there are no extraction prompts to preview"),
+    (f"{B}/entities/{{entity_id}}/regenerate", ("POST",), f"{MODEL_WORK}: entity observations are written by one"),
+    (f"{B}/documents/{{document_id}}/reprocess", ("POST",), f"{MODEL_WORK}: reprocessing re-runs fact extraction"),
+    (f"{B}/files/retain", ("POST",), f"{MODEL_WORK}: files are converted and their facts extracted by one (retain "
+                                     "text items instead)"),
+    (f"{B}/consolidate", ("POST",), CONSOLIDATION),
+    (f"{B}/consolidation-strategies/preview", ("POST",), CONSOLIDATION),
+    (f"{B}/consolidation/recover", ("POST",), CONSOLIDATION),
+    (f"{B}/observations", ("DELETE",), f"{CONSOLIDATION} (delete observation memories with DELETE "
+                                       ".../memories?type=observation)"),
+    (f"{B}/observations/scopes", ("GET",), f"{CONSOLIDATION}, and observation scopes belong to it"),
+    (f"{B}/memories/{{memory_id}}/observations", ("DELETE",), CONSOLIDATION),
+    (f"{B}/llm-requests", ("GET",), "model calls are not traced here (the llm_trace feature is off)"),
+    (f"{B}/llm-requests/stats", ("GET",), "model calls are not traced here (the llm_trace feature is off)"),
 )
 
 

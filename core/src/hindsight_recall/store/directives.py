@@ -13,6 +13,8 @@ _COLUMNS = "bank_id, id, name, content, priority, is_active, tags, created_at, u
 #: how a tagged directive matches the requested scope (``tags_match``)
 MATCHES = {"any": "tags && CAST(:tags AS text[])", "all": "tags @> CAST(:tags AS text[])",
            "exact": "(tags @> CAST(:tags AS text[]) AND tags <@ CAST(:tags AS text[]))"}
+#: the most directives a template carries
+MAX_TEMPLATE = 1000
 #: the most directives one reflect is given (the highest priority ones)
 MAX_APPLIED = 50
 #: a directive's fields a change may set
@@ -68,6 +70,13 @@ async def update(conn: AsyncConnection, bank_id: str, directive_id: uuid.UUID,
         f"WHERE bank_id = :bank AND id = :id RETURNING {_COLUMNS}"
     ), {"bank": bank_id, "id": directive_id, **{k: v for k, v in changes.items() if k in FIELDS}})).first()
     return None if row is None else _row(row)
+
+
+async def ids_by_name(conn: AsyncConnection, bank_id: str) -> dict[str, uuid.UUID]:
+    """Each directive's id by its name (a template names its directives)."""
+    rows = await conn.execute(text("SELECT name, id FROM directives WHERE bank_id = :bank ORDER BY created_at"),
+                              {"bank": bank_id})
+    return {name: directive_id for name, directive_id in rows}
 
 
 async def delete(conn: AsyncConnection, bank_id: str, directive_id: uuid.UUID) -> bool:

@@ -325,3 +325,17 @@ async def release(conn: AsyncConnection, keys: Sequence[tuple[str, uuid.UUID]], 
         ), params)
         released += done is not None
     return released
+
+
+async def retains_of_document(conn: AsyncConnection, bank_id: str, document_id: str, limit: int, offset: int
+                              ) -> tuple[list[tuple[uuid.UUID, str, dict[str, Any], datetime]], int]:
+    """The bank's completed retains that wrote ``document_id`` (their plan counts it), newest first:
+    (operation id, stored request, plan, when it completed); and how many there are."""
+    where = ("bank_id = :bank AND operation_type = 'retain' AND status = 'completed' "
+             "AND jsonb_exists(plan -> 'before', :doc)")
+    params = {"bank": bank_id, "doc": document_id, "limit": limit, "offset": offset}
+    total = await conn.scalar(text(f"SELECT count(*) FROM operations WHERE {where}"), params)
+    rows = await conn.execute(text(
+        f"SELECT operation_id, payload, plan, completed_at FROM operations WHERE {where} "
+        "ORDER BY completed_at DESC, operation_id LIMIT :limit OFFSET :offset"), params)
+    return [(r[0], r[1], r[2], r[3]) for r in rows], int(total or 0)

@@ -46,9 +46,10 @@ async def bank_rows(conn: AsyncConnection, bank_ids: Collection[str], *,
                     skip: Mapping[str, Collection[str]] | None = None) -> Rows:
     """Table -> the banks' rows there (columns by name, sorted), each row a tuple of plain values.
 
-    :param skip: table -> columns left out (``"*"`` leaves the table out).
+    :param skip: table -> columns left out (``"*"`` leaves the table out). The audit log is always left
+        out: it records requests, refused ones too, not what the bank holds.
     """
-    skip = skip or {}
+    skip = {"audit_log": ("*",), **(skip or {})}
     out: Rows = {}
     for table in await bank_tables(conn):
         left_out = set(skip.get(table, ()))
