@@ -1,5 +1,6 @@
-"""Directives (stored, listed, changed, deleted; given to reflect's model), and the mental-model and
-knowledge-base routes that read what is stored (nothing: an empty list, a 404 by id), over ``serve``."""
+"""Directives (stored, listed, changed, deleted; given to reflect's model; in bank templates), the
+mental-model and knowledge-base routes that read what is stored (nothing: an empty list, a 404 by id),
+the observation routes that need no model, and the (empty) trace of model calls, over ``serve``."""
 
 from __future__ import annotations
 
@@ -138,3 +139,40 @@ def test_a_bank_template_carries_its_directives(http: httpx.Client) -> None:
     bad = http.post(f"{other}/import", json={"version": "1", "directives": [{"name": "No content"}]})
     assert bad.status_code == 400 and "directives" in bad.json()["message"]
     assert http.post(f"{other}/import", json={"version": "1", "directives": "x"}).status_code == 400
+
+
+def test_observations_are_cleared_and_their_scopes_listed(http: httpx.Client) -> None:
+    b = fresh(http)
+    bank = b.rsplit("/", 1)[1]
+    memories = [
+        {"id": "s1", "text": "Alice swims on Mondays.", "bank": bank},
+        {"id": "s2", "text": "Alice swims on Fridays.", "bank": bank},
+        {"id": "o1", "text": "Alice swims twice a week.", "type": "observation", "sources": ["s1", "s2"],
+         "tags": ["sport", "alice"], "bank": bank},
+        {"id": "o2", "text": "Alice likes water.", "type": "observation", "sources": ["s2"], "tags": ["alice", "sport"],
+         "bank": bank},
+        {"id": "o3", "text": "Mondays are busy.", "type": "observation", "sources": ["s1"], "bank": bank},
+    ]
+    assert http.post("/v1/default/memories/import", json={"memories": memories}).status_code == 200
+    scopes = http.get(f"{b}/observations/scopes").json()
+    assert scopes["scopes"] == [{"tags": ["alice", "sport"], "count": 2}, {"tags": [], "count": 1}]
+    assert scopes["total"] == 2 and len(http.get(f"{b}/observations/scopes", params={"limit": 1}).json()["scopes"]) \
+        == 1
+    assert http.delete(f"{b}/memories/s1/observations").json() == {"deleted_count": 2}
+    assert http.get(f"{b}/memories/o1").status_code == 404 and http.get(f"{b}/memories/o2").status_code == 200
+    assert http.get(f"{b}/memories/s1").status_code == 200
+    assert http.delete(f"{b}/memories/nobody/observations").status_code == 404
+    cleared = http.delete(f"{b}/observations").json()
+    assert cleared["success"] and cleared["deleted_count"] == 1
+    assert http.get(f"{b}/observations/scopes").json()["scopes"] == []
+    assert http.get(f"{b}/memories/list").json()["total"] == 2
+    assert http.get(f"{b}-nope/observations/scopes").status_code == 404
+
+
+def test_model_calls_are_not_traced_so_none_are_listed(http: httpx.Client) -> None:
+    b = fresh(http)
+    listed = http.get(f"{b}/llm-requests").json()
+    assert listed["items"] == [] and listed["total"] == 0
+    stats = http.get(f"{b}/llm-requests/stats", params={"period": "1d"}).json()
+    assert stats["buckets"] == [] and stats["period"] == "1d"
+    assert http.get(f"{b}-nope/llm-requests").status_code == 404

@@ -338,6 +338,17 @@ def scenario(http: httpx.Client, bank: str) -> None:
     assert http.get(f"{b}/webhooks/{hook['id']}/deliveries").status_code == 200
     assert http.delete(f"{b}/webhooks/{hook['id']}").status_code == 200
     assert http.delete(f"{b}/webhooks/{hook['id']}").status_code == 404
+    memories = [{"id": "src", "text": "Ivy paints murals.", "bank": bank},
+                {"id": "obs", "text": "Ivy is an artist.", "type": "observation", "sources": ["src"],
+                 "tags": ["art"], "bank": bank}]
+    assert http.post("/v1/default/memories/import", json={"memories": memories}).status_code == 200
+    assert http.get(f"{b}/observations/scopes").status_code == 200
+    assert http.delete(f"{b}/memories/src/observations").status_code == 200
+    assert http.delete(f"{b}/memories/nobody/observations").status_code == 404
+    assert http.delete(f"{b}/observations").status_code == 200
+    assert http.get(f"{b}/llm-requests").status_code == 200
+    assert http.get(f"{b}/llm-requests/stats").status_code == 200
+    assert http.get(f"{b}-nope/llm-requests").status_code == 404
     assert http.delete(f"{b}/documents/kitchen").status_code == 200
     assert http.delete(f"{b}/memories", params={"type": "experience"}).status_code == 200
     for extra in (f"{bank}-copy", f"{bank}-clone", f"{bank}-docs"):

@@ -64,6 +64,8 @@ ACTIONS: dict[tuple[str, str], str] = {
     ("POST", f"{B}/transfer/export"): "export_bank_transfer", ("POST", f"{B}/clone"): "clone_bank",
     ("POST", f"{B}/document-transfer"): "import_documents",
     ("POST", f"{B}/document-transfer/export"): "export_documents",
+    ("DELETE", f"{B}/observations"): "clear_observations",
+    ("DELETE", f"{B}/memories/{{memory_id}}/observations"): "clear_memory_observations",
 }
 #: the most bytes of a request or response body an entry keeps (a larger one is kept as its size)
 MAX_KEPT_BYTES = 64 * 1024

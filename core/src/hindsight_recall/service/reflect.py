@@ -8,6 +8,7 @@ accepted and change nothing; ``tag_groups`` is refused as recall refuses it.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -20,8 +21,10 @@ from ..llm.errors import LLMError, LLMNotConfigured, LLMTimeout
 from ..llm.types import ChatRequest, Message
 from ..reflect import reflector_for
 from ..store import banks
+from ..store.audit import PERIODS
 from ..types import Budget, FactType, TagsMatch
-from .base import bank_of, body_of, endpoint, engine_of
+from ._params import bounded_int
+from .base import bank_of, body_of, endpoint, engine_of, text_query
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, _Body
 from .wire import answer
@@ -139,7 +142,38 @@ async def health_llm(request: Request) -> Response:
     return answer(request, "BankLlmHealthResponse", {"bank_id": bank_id, "operations": [health]})
 
 
+async def _traced(request: Request) -> str:
+    """The bank of a trace read; 404 for an unknown bank."""
+    bank_id = bank_of(request)
+    async with engine_of(request).db.connect() as conn:
+        if await banks.bank_config(conn, bank_id) is None:
+            raise BankNotFound(bank_id)
+    return bank_id
+
+
+@endpoint
+async def llm_requests(request: Request) -> Response:
+    """Upstream's trace of model calls: none are traced here (``llm_trace`` is off), so none are listed."""
+    limit, offset = bounded_int(request, "limit", 50, minimum=1, maximum=500), bounded_int(request, "offset", 0)
+    bank_id = await _traced(request)
+    return answer(request, "LLMRequestListResponse", {"bank_id": bank_id, "total": 0, "limit": limit,
+                                                      "offset": offset, "items": []})
+
+
+@endpoint
+async def llm_request_stats(request: Request) -> Response:
+    """Counts of traced model calls per day over ``period`` (``1d``, ``7d``, ``30d``): none."""
+    period = text_query(request, "period") or "7d"
+    period = period if period in PERIODS else "7d"
+    bank_id = await _traced(request)
+    start = datetime.now(UTC) - PERIODS[period]
+    return answer(request, "LLMRequestStatsResponse", {"bank_id": bank_id, "period": period, "trunc": "day",
+                                                       "start": start.isoformat(), "buckets": []})
+
+
 def routes(banks_path: str) -> list[Route]:
-    """The reflect route and the probe of its model."""
+    """Reflect, the probe of its model, and the (empty) trace of model calls."""
     return [Route(f"{banks_path}/reflect", reflect, methods=["POST"]),
-            Route(f"{banks_path}/health/llm", health_llm, methods=["POST"])]
+            Route(f"{banks_path}/health/llm", health_llm, methods=["POST"]),
+            Route(f"{banks_path}/llm-requests", llm_requests, methods=["GET"]),
+            Route(f"{banks_path}/llm-requests/stats", llm_request_stats, methods=["GET"])]

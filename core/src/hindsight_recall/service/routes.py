@@ -18,6 +18,7 @@ from . import (
     graph,
     memories,
     mental_models,
+    observations,
     operations,
     reflect,
     templates,
@@ -42,7 +43,8 @@ def api_routes() -> list[Route]:
             *transfer.routes(BANKS_PATH), *reflect.routes(BANKS_PATH), *documents.routes(BANKS_PATH),
             *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
             *directives.routes(BANKS_PATH), *mental_models.routes(BANKS_PATH), *webhooks.routes(BANKS_PATH),
-            *audit.routes(BANKS_PATH), *templates.routes(BANKS_PATH), *unserved.routes()]
+            *audit.routes(BANKS_PATH), *templates.routes(BANKS_PATH),
+            *observations.routes(BANKS_PATH), *unserved.routes()]
 
 
 def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRouting:

@@ -38,12 +38,6 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/consolidate", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation-strategies/preview", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation/recover", ("POST",), CONSOLIDATION),
-    (f"{B}/observations", ("DELETE",), f"{CONSOLIDATION} (delete observation memories with DELETE "
-                                       ".../memories?type=observation)"),
-    (f"{B}/observations/scopes", ("GET",), f"{CONSOLIDATION}, and observation scopes belong to it"),
-    (f"{B}/memories/{{memory_id}}/observations", ("DELETE",), CONSOLIDATION),
-    (f"{B}/llm-requests", ("GET",), "model calls are not traced here (the llm_trace feature is off)"),
-    (f"{B}/llm-requests/stats", ("GET",), "model calls are not traced here (the llm_trace feature is off)"),
 )
 
 
