@@ -12,25 +12,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks
-from ..store.db import database_errors
 from ._params import bounded_int, path_text
-from .base import bank_of, choice_query, endpoint, engine_of, text_query, texts_query
+from .base import choice_query, endpoint, existing_bank, text_query, texts_query
 from .errors import ServiceError
 from .wire import answer
 
 #: why a mental model is never found: none is kept without a model to write it
 NONE_KEPT = "mental models are written by a model, and this server keeps none"
-
-
-async def _bank_exists(request: Request) -> str:
-    bank_id = bank_of(request)
-    with database_errors("read the bank"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-    return bank_id
 
 
 @endpoint
@@ -41,27 +29,27 @@ async def list_mental_models(request: Request) -> Response:
     choice_query(request, "detail", ("metadata", "content", "full"))
     limit = bounded_int(request, "limit", 100, minimum=1, maximum=1000)
     offset = bounded_int(request, "offset", 0)
-    await _bank_exists(request)
+    await existing_bank(request)
     return answer(request, "MentalModelListResponse", {"items": [], "total": 0, "limit": limit, "offset": offset})
 
 
 @endpoint
 async def mental_model(request: Request) -> Response:
     """Read, change, clear, delete one or read its history: there is none to find."""
-    await _bank_exists(request)
+    await existing_bank(request)
     model_id = path_text(request, "mental_model_id")
     raise ServiceError(404, "mental_model_not_found", f"Mental model '{model_id}' not found ({NONE_KEPT})")
 
 
 @endpoint
 async def knowledge_tree(request: Request) -> Response:
-    await _bank_exists(request)
+    await existing_bank(request)
     return answer(request, "KnowledgeTreeResponse", {"roots": []})
 
 
 @endpoint
 async def knowledge_export(request: Request) -> Response:
-    await _bank_exists(request)
+    await existing_bank(request)
     return answer(request, "KnowledgePageBundleResponse", {"files": []})
 
 
@@ -70,14 +58,14 @@ async def knowledge_search(request: Request) -> Response:
     if text_query(request, "q") is None:
         raise ServiceError(422, "invalid_request", "q: a search query is required")
     bounded_int(request, "limit", 10, minimum=1, maximum=50)
-    await _bank_exists(request)
+    await existing_bank(request)
     return answer(request, "KnowledgePageSearchResponse", {"results": [], "total": 0})
 
 
 @endpoint
 async def knowledge_node(request: Request) -> Response:
     """A page or a node by id: pages are mental models, and there are none."""
-    await _bank_exists(request)
+    await existing_bank(request)
     node_id = path_text(request, "page_id" if "page_id" in request.path_params else "node_id")
     raise ServiceError(404, "knowledge_node_not_found", f"Knowledge node '{node_id}' not found ({NONE_KEPT})")
 

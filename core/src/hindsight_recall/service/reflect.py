@@ -16,15 +16,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound, QueryTooLong
+from ..errors import QueryTooLong
 from ..llm.errors import LLMError, LLMNotConfigured, LLMTimeout
 from ..llm.types import ChatRequest, Message
 from ..reflect import reflector_for
-from ..store import banks
 from ..store.audit import PERIODS
 from ..types import Budget, FactType, TagsMatch
 from ._params import bounded_int
-from .base import bank_of, body_of, endpoint, engine_of, text_query
+from .base import bank_of, body_of, endpoint, engine_of, existing_bank, text_query
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, _Body
 from .wire import answer
@@ -126,11 +125,8 @@ def _probe_status(exc: LLMError) -> str:
 async def health_llm(request: Request) -> Response:
     """Probe the chat model the bank's reflect uses with one minimal call (retain and consolidation use
     none here, so reflect is the one operation listed). 404 for an unknown bank."""
-    bank_id = bank_of(request)
+    bank_id = await existing_bank(request)
     engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        if await banks.bank_config(conn, bank_id) is None:
-            raise BankNotFound(bank_id)
     began = time.perf_counter()
     try:
         await reflector_for(engine).llm().complete(PROBE)
@@ -142,20 +138,11 @@ async def health_llm(request: Request) -> Response:
     return answer(request, "BankLlmHealthResponse", {"bank_id": bank_id, "operations": [health]})
 
 
-async def _traced(request: Request) -> str:
-    """The bank of a trace read; 404 for an unknown bank."""
-    bank_id = bank_of(request)
-    async with engine_of(request).db.connect() as conn:
-        if await banks.bank_config(conn, bank_id) is None:
-            raise BankNotFound(bank_id)
-    return bank_id
-
-
 @endpoint
 async def llm_requests(request: Request) -> Response:
     """Upstream's trace of model calls: none are traced here (``llm_trace`` is off), so none are listed."""
     limit, offset = bounded_int(request, "limit", 50, minimum=1, maximum=500), bounded_int(request, "offset", 0)
-    bank_id = await _traced(request)
+    bank_id = await existing_bank(request)
     return answer(request, "LLMRequestListResponse", {"bank_id": bank_id, "total": 0, "limit": limit,
                                                       "offset": offset, "items": []})
 
@@ -165,7 +152,7 @@ async def llm_request_stats(request: Request) -> Response:
     """Counts of traced model calls per day over ``period`` (``1d``, ``7d``, ``30d``): none."""
     period = text_query(request, "period") or "7d"
     period = period if period in PERIODS else "7d"
-    bank_id = await _traced(request)
+    bank_id = await existing_bank(request)
     start = datetime.now(UTC) - PERIODS[period]
     return answer(request, "LLMRequestStatsResponse", {"bank_id": bank_id, "period": period, "trunc": "day",
                                                        "start": start.isoformat(), "buckets": []})

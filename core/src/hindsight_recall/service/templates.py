@@ -15,11 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks
-from ..store.db import database_errors
 from ._params import path_text
-from .base import bank_of, endpoint, engine_of
+from .base import endpoint, existing_bank
 from .errors import ServiceError
 from .wire import schemas
 
@@ -55,11 +52,8 @@ async def get_template_schema(request: Request) -> Response:
 
 @endpoint
 async def get_attachment(request: Request) -> Response:
-    bank_id, attachment_id = bank_of(request), path_text(request, "attachment_id")
-    with database_errors("get attachment"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
+    attachment_id = path_text(request, "attachment_id")
+    await existing_bank(request)
     raise ServiceError(404, "attachment_not_found", f"Attachment '{attachment_id}' not found (retain stores text "
                                                     "only, so a bank keeps no attachments)")
 
