@@ -61,15 +61,14 @@ async def test_a_replace_that_fails_at_its_last_step_leaves_the_document_all_old
 
 
 async def test_a_replaced_document_reads_in_its_new_order(engine: Engine, bank: str) -> None:
-    from hindsight_recall.store import documents
+    from hindsight_recall.testing.snapshot import document_texts
 
     memories, replaced = document(bank, ["A first.", "B second.", "C third."])
     await engine.retain(bank, memories, replace_documents=replaced)
     memories, replaced = document(bank, ["A first.", "X new.", "C third."])
     await engine.retain(bank, memories, replace_documents=replaced)
     async with engine.db.connect() as conn:
-        found = await documents.get_document(conn, bank, "rep")
-    assert found is not None and found["original_text"] == "A first.\nX new.\nC third."
+        assert await document_texts(conn, bank) == {"rep": "A first.\nX new.\nC third."}
     await whole(engine, bank)
 
 

@@ -17,10 +17,12 @@ from ..types import TagsMatch
 _COLUMNS = (
     "u.external_id, u.text, u.fact_type, u.context, u.occurred_start, u.occurred_end, u.mentioned_at, u.tags, "
     "u.metadata, u.document_id, u.chunk_id, u.proof_count, u.created_at, u.updated_at, "
+    # every table names the bank itself: only so does Citus plan the statement on the bank's one shard
     "(SELECT coalesce(array_agg(e.canonical_name ORDER BY e.canonical_name), '{}') FROM unit_entities ue "
-    "JOIN entities e ON e.id = ue.entity_id WHERE ue.unit_id = u.id) AS entities, "
+    "JOIN entities e ON e.bank_id = :bank AND e.id = ue.entity_id WHERE ue.bank_id = :bank "
+    "AND ue.unit_id = u.id) AS entities, "
     "(SELECT coalesce(array_agg(s.external_id ORDER BY s.external_id), '{}') FROM memory_units s "
-    "WHERE s.id = ANY(u.source_memory_ids)) AS sources"
+    "WHERE s.bank_id = :bank AND s.id = ANY(u.source_memory_ids)) AS sources"
 )
 
 

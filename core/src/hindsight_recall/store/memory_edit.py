@@ -17,13 +17,14 @@ _MEMORY = (
     "SELECT u.external_id, u.text, u.fact_type, u.context, u.occurred_start, u.occurred_end, u.mentioned_at, "
     "u.tags, u.metadata, u.document_id, u.proof_count, u.position, c.chunk_text, "
     "(SELECT coalesce(array_agg(e.canonical_name ORDER BY e.canonical_name), '{}') FROM unit_entities ue "
-    " JOIN entities e ON e.id = ue.entity_id WHERE ue.bank_id = :bank AND ue.unit_id = u.id) AS entities, "
+    " JOIN entities e ON e.bank_id = :bank AND e.id = ue.entity_id "
+    " WHERE ue.bank_id = :bank AND ue.unit_id = u.id) AS entities, "
     "(SELECT coalesce(array_agg(s.external_id ORDER BY s.external_id), '{}') FROM memory_units s "
     " WHERE s.bank_id = :bank AND s.id = ANY(u.source_memory_ids)) AS sources, "
     "(SELECT coalesce(array_agg(t.external_id ORDER BY t.external_id), '{}') FROM memory_links l "
-    " JOIN memory_units t ON t.id = l.to_unit_id AND t.bank_id = :bank "
+    " JOIN memory_units t ON t.bank_id = :bank AND t.id = l.to_unit_id "
     " WHERE l.bank_id = :bank AND l.from_unit_id = u.id AND l.link_type = 'causes') AS causes "
-    "FROM memory_units u LEFT JOIN chunks c ON c.bank_id = u.bank_id AND c.chunk_id = u.chunk_id "
+    "FROM memory_units u LEFT JOIN chunks c ON c.bank_id = :bank AND c.chunk_id = u.chunk_id "
     "WHERE u.bank_id = :bank AND u.external_id = :id"
 )
 

@@ -20,17 +20,19 @@ from . import banks
 #: bytes per stored archive part
 PART_BYTES = 1 << 20
 
+#: every table names the bank itself (not through a join): only so does Citus plan the statement on the
+#: bank's one shard
 _MEMORY_ROWS = """
 SELECT u.external_id, u.fact_type, u.text, u.context, u.occurred_start, u.occurred_end, u.mentioned_at,
        u.event_date, u.tags, u.metadata, u.document_id, u.chunk_id, u.proof_count, u.position, u.created_at,
        c.chunk_text, c.chunk_index, d.created_at AS document_created_at, d.updated_at AS document_updated_at,
        (SELECT array_agg(e.canonical_name ORDER BY e.canonical_name) FROM unit_entities ue
-          JOIN entities e ON e.id = ue.entity_id AND e.bank_id = ue.bank_id
-         WHERE ue.unit_id = u.id AND ue.bank_id = u.bank_id) AS entities,
-       (SELECT array_agg(s.external_id ORDER BY o.n) FROM unnest(u.source_memory_ids) WITH ORDINALITY AS o(sid, n)
-          JOIN memory_units s ON s.bank_id = u.bank_id AND s.id = o.sid) AS sources
-  FROM memory_units u LEFT JOIN chunks c ON c.bank_id = u.bank_id AND c.chunk_id = u.chunk_id
-  LEFT JOIN documents d ON d.bank_id = u.bank_id AND d.document_id = u.document_id
+          JOIN entities e ON e.bank_id = :bank AND e.id = ue.entity_id
+         WHERE ue.bank_id = :bank AND ue.unit_id = u.id) AS entities,
+       (SELECT array_agg(s.external_id ORDER BY array_position(u.source_memory_ids, s.id)) FROM memory_units s
+         WHERE s.bank_id = :bank AND s.id = ANY(u.source_memory_ids)) AS sources
+  FROM memory_units u LEFT JOIN chunks c ON c.bank_id = :bank AND c.chunk_id = u.chunk_id
+  LEFT JOIN documents d ON d.bank_id = :bank AND d.document_id = u.document_id
  WHERE u.bank_id = :bank
  ORDER BY u.document_id NULLS LAST, u.position NULLS LAST, c.chunk_index NULLS LAST, u.external_id
 """
@@ -38,8 +40,8 @@ SELECT u.external_id, u.fact_type, u.text, u.context, u.occurred_start, u.occurr
 _LINK_ROWS = """
 SELECT f.external_id AS source, t.external_id AS target, l.link_type, l.weight
   FROM memory_links l
-  JOIN memory_units f ON f.bank_id = l.bank_id AND f.id = l.from_unit_id
-  JOIN memory_units t ON t.bank_id = l.bank_id AND t.id = l.to_unit_id
+  JOIN memory_units f ON f.bank_id = :bank AND f.id = l.from_unit_id
+  JOIN memory_units t ON t.bank_id = :bank AND t.id = l.to_unit_id
  WHERE l.bank_id = :bank
  ORDER BY f.external_id, t.external_id, l.link_type
 """

@@ -26,6 +26,8 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .snapshot import document_texts
+
 #: a bank's state as far as the fault checks compare it: document (or ``None``) -> (its memories as
 #: sorted (type, text, context) triples, its text), plus its invalidated memories and whether it exists
 State = dict[str, Any]
@@ -55,12 +57,10 @@ async def state(conn: AsyncConnection, bank_ids: list[str]) -> State:
         groups: dict[str, list[Any]] = {}
         for row in rows:
             groups.setdefault(f"{number}:{row.document_id}", []).append((row.fact_type, row.text, row.context))
-        documents = {r.document_id: r.body for r in await conn.execute(text(
-            "SELECT document_id, string_agg(chunk_text, E'\\n' ORDER BY chunk_index) AS body FROM chunks "
-            "WHERE bank_id = :b AND document_id IS NOT NULL GROUP BY document_id"), {"b": bank_id})}
+        documents = await document_texts(conn, bank_id)
         for key, found in groups.items():
             document = key.split(":", 1)[1]
-            out[key] = (sorted(found), documents.get(document if document != "None" else None))
+            out[key] = (sorted(found), documents.get(document))
         invalidated = await conn.execute(text(
             "SELECT memory->>'text', reason FROM invalidated_memories WHERE bank_id = :b"), {"b": bank_id})
         out[f"{number}:invalidated"] = sorted(tuple(r) for r in invalidated)
@@ -76,6 +76,9 @@ class WritePath:
     :param banks: ``(bank, params) -> the banks whose state is compared``.
     :param finish: for a write acknowledged before it runs (a queued retain): ``(engine, bank, params)``
         completes it after the kill, as a restarted server would.
+    :param request: the same write as an HTTP request, ``(client, bank, params) -> response``: the driver
+        then sends it to the service app in its own process (the route, then the engine), and ``write``
+        is only what the twin bank gets.
     """
 
     setup: Callable[[Any, str, Path], Awaitable[dict[str, Any]]]
@@ -83,6 +86,7 @@ class WritePath:
     banks: Callable[[str, dict[str, Any]], list[str]] = lambda bank, params: [bank]
     finish: Callable[[Any, str, dict[str, Any]], Awaitable[None]] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    request: Callable[[Any, str, dict[str, Any]], Awaitable[Any]] | None = None
 
 
 async def _bank_of(engine: Any, bank: str, n: int = 120, **extra: Any) -> dict[str, Any]:
@@ -91,11 +95,11 @@ async def _bank_of(engine: Any, bank: str, n: int = 120, **extra: Any) -> dict[s
 
 
 async def _retain(engine: Any, bank: str, params: dict[str, Any]) -> Any:
-    return await engine.retain(bank, memories("new", 40) + memories("n", 160, document="fresh"))
+    return await engine.retain(bank, memories("new", 20) + memories("n", 80, document="fresh"))
 
 
 async def _replace_setup(engine: Any, bank: str, work: Path) -> dict[str, Any]:
-    await engine.retain(bank, _document(bank, texts("Old line", 200)), replace_documents=["manual"])
+    await engine.retain(bank, _document(bank, texts("Old line", 120)), replace_documents=["manual"])
     return {}
 
 
@@ -106,10 +110,24 @@ def _document(bank: str, lines: list[str]) -> list[Any]:
     return build_memories(bank, RetainBody(items=[{"content": t, "document_id": "manual"} for t in lines]), {})[0]
 
 
+def _new_lines() -> list[str]:
+    lines = texts("Old line", 120)
+    return [*lines[:30], *texts("New line", 50), *lines[70:]]  # a middle part rewritten, the rest shifted
+
+
 async def _replace(engine: Any, bank: str, params: dict[str, Any]) -> Any:
-    lines = texts("Old line", 200)
-    lines = [*lines[:50], *texts("New line", 80), *lines[120:]]  # a middle part rewritten, the rest shifted
-    return await engine.retain(bank, _document(bank, lines), replace_documents=["manual"])
+    return await engine.retain(bank, _document(bank, _new_lines()), replace_documents=["manual"])
+
+
+async def _post_replace(client: Any, bank: str, params: dict[str, Any]) -> Any:
+    items = [{"content": t, "document_id": "manual"} for t in _new_lines()]
+    return await client.post(f"/v1/default/banks/{bank}/memories", json={"items": items})
+
+
+async def _post_merge(client: Any, bank: str, params: dict[str, Any]) -> Any:
+    return await client.post(f"/v1/default/banks/{bank}/transfer/import",
+                             params={"mode": "merge", "document_conflict": "replace"},
+                             files={"file": ("a.zip", Path(params["archive"]).read_bytes())})
 
 
 async def _edit_setup(engine: Any, bank: str, work: Path, *, invalidated: bool = False) -> dict[str, Any]:
@@ -136,7 +154,7 @@ async def _archive(engine: Any, work: Path, name: str, build: Callable[[str], Aw
 
 async def _import_setup(engine: Any, bank: str, work: Path) -> dict[str, Any]:
     async def build(source: str) -> None:
-        await _bank_of(engine, source, 160)
+        await _bank_of(engine, source, 100)
         await engine.retain(source, [{"id": "o", "text": "Vessels log often.", "type": "observation",
                                       "sources": ["m-1", "d-2"]}])
         await engine.update_memory(source, "m-3", lambda m: m, state="invalidated", reason="wrong")
@@ -188,17 +206,20 @@ async def _work_queue(engine: Any, bank: str, params: dict[str, Any]) -> None:
         await worker.stop()
 
 
+_edited_text = "Vessel 91 was logged twice, by two keepers."
+
+
 def _edited(memory: Any) -> Any:
-    return dataclasses.replace(memory, text="Vessel 91 was logged twice, by two keepers.")
+    return dataclasses.replace(memory, text=_edited_text)
 
 
 PATHS: dict[str, WritePath] = {
     "retain": WritePath(lambda e, b, w: _bank_of(e, b, 40), _retain),
     "replace": WritePath(_replace_setup, _replace),
-    "forget": WritePath(lambda e, b, w: _bank_of(e, b, 200),
-                        lambda e, b, p: e.forget(b, [f"m-{i}" for i in range(0, 100, 2)] + ["d-3", "d-50"])),
-    "delete_document": WritePath(lambda e, b, w: _bank_of(e, b, 200), lambda e, b, p: e.delete_document(b, "doc")),
-    "clear": WritePath(lambda e, b, w: _bank_of(e, b, 200), lambda e, b, p: e.clear_memories(b, "world")),
+    "forget": WritePath(lambda e, b, w: _bank_of(e, b, 120),
+                        lambda e, b, p: e.forget(b, [f"m-{i}" for i in range(0, 60, 2)] + ["d-3", "d-50"])),
+    "delete_document": WritePath(lambda e, b, w: _bank_of(e, b, 120), lambda e, b, p: e.delete_document(b, "doc")),
+    "clear": WritePath(lambda e, b, w: _bank_of(e, b, 120), lambda e, b, p: e.clear_memories(b, "world")),
     "edit": WritePath(_edit_setup, lambda e, b, p: e.update_memory(b, "m-7", _edited)),
     "invalidate": WritePath(_edit_setup, lambda e, b, p: e.update_memory(b, "m-7", lambda m: m,
                                                                           state="invalidated", reason="wrong")),
@@ -208,11 +229,21 @@ PATHS: dict[str, WritePath] = {
                                                                      target=f"{b}-new"),
                         banks=lambda b, p: [f"{b}-new"]),
     "merge": WritePath(_merge_setup, lambda e, b, p: e.import_documents(b, Path(p["archive"]), "replace")),
-    "clone": WritePath(lambda e, b, w: _bank_of(e, b, 160), lambda e, b, p: e.clone_bank(b, f"{b}-clone"),
+    "clone": WritePath(lambda e, b, w: _bank_of(e, b, 100), lambda e, b, p: e.clone_bank(b, f"{b}-clone"),
                        banks=lambda b, p: [b, f"{b}-clone"]),
-    "delete_bank": WritePath(lambda e, b, w: _bank_of(e, b, 200), lambda e, b, p: e.delete_bank(b)),
+    "delete_bank": WritePath(lambda e, b, w: _bank_of(e, b, 120), lambda e, b, p: e.delete_bank(b)),
     "async_retain": WritePath(_submit, _work_queue, finish=_work_queue,
                               settings={"service_operation_chunk_items": 30, "service_operation_lease": 1}),
+    # the same writes through the HTTP routes
+    "http_replace": WritePath(_replace_setup, _replace, request=_post_replace),
+    "http_edit": WritePath(_edit_setup, lambda e, b, p: e.update_memory(b, "m-7", _edited),
+                           request=lambda c, b, p: c.patch(f"/v1/default/banks/{b}/memories/m-7",
+                                                           json={"text": _edited_text})),
+    "http_merge": WritePath(_merge_setup, lambda e, b, p: e.import_documents(b, Path(p["archive"]), "replace"),
+                            request=_post_merge),
+    "http_clear": WritePath(lambda e, b, w: _bank_of(e, b, 120), lambda e, b, p: e.clear_memories(b, "world"),
+                            request=lambda c, b, p: c.delete(f"/v1/default/banks/{b}/memories",
+                                                             params={"type": "world"})),
 }
 
 
@@ -222,8 +253,7 @@ class _TwoSteps:
     forgetting of the stale ones. Only the test that shows the checks would see it uses this."""
 
     def first(self, bank: str) -> tuple[list[Any]]:
-        lines = texts("Old line", 200)
-        return (_document(bank, [*lines[:50], *texts("New line", 80), *lines[120:]]),)
+        return (_document(bank, _new_lines()),)
 
     async def write(self, engine: Any, bank: str, params: dict[str, Any]) -> None:
         await engine.retain(bank, *self.first(bank))
@@ -263,13 +293,39 @@ async def drive(spec: dict[str, Any]) -> None:
     from .. import Engine, load_settings
 
     path = PATHS.get(spec["path"])
-    write = path.write if path is not None else TWO_STEP_REPLACE.write
     settings = load_settings(database_url=spec["url"], reranker_provider="rrf", **(path.settings if path else {}))
-    async with Engine(settings) as engine:
-        seen = [0]
-        count_statements(engine, spec.get("kill_at"), seen)
-        await write(engine, spec["bank"], spec["params"])
-        print(json.dumps({"ack": True, "statements": seen[0]}), flush=True)
+    seen = [0]
+    if path is not None and path.request is not None:
+        settings = settings.model_copy(update={"service_operation_workers": 0})  # the app's queue stays idle
+        await _drive_http(settings, path, spec, seen)
+    else:
+        async with Engine(settings) as engine:
+            count_statements(engine, spec.get("kill_at"), seen)
+            write = path.write if path is not None else TWO_STEP_REPLACE.write
+            await write(engine, spec["bank"], spec["params"])
+    print(json.dumps({"ack": True, "statements": seen[0]}), flush=True)
+
+
+async def _drive_http(settings: Any, path: WritePath, spec: dict[str, Any], seen: list[int]) -> None:
+    """The write as a request to the service app, served in this process (its lifespan opens the engine)."""
+    import httpx
+
+    from ..service.app import create_app
+
+    app = create_app(settings)
+    inner = app.app.app  # inside the guard and the alias routing: the Starlette app, with the lifespan
+    assert path.request is not None
+    async with inner.router.lifespan_context(inner):
+        while not inner.state.service.ready:
+            if inner.state.service.failure:
+                raise RuntimeError(inner.state.service.failure)
+            await asyncio.sleep(0.05)
+        count_statements(inner.state.engine, spec.get("kill_at"), seen)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://fault",
+                                     timeout=600) as client:
+            response = await path.request(client, spec["bank"], spec["params"])
+        if response.status_code >= 300:
+            raise RuntimeError(f"{response.status_code}: {response.text[:2000]}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ async def bank_tables(conn: AsyncConnection) -> list[str]:
 
 def _plain(value: Any) -> Any:
     """A value as something comparable and hashable: vectors as rounded tuples, JSON as sorted text."""
+    if hasattr(value, "to_numpy"):  # pgvector's Vector
+        value = value.to_numpy()
     if isinstance(value, np.ndarray):
         return tuple(round(float(v), 4) for v in value)
     if isinstance(value, dict):
@@ -49,6 +51,12 @@ async def bank_rows(conn: AsyncConnection, bank_ids: Collection[str], *,
     :param skip: table -> columns left out (``"*"`` leaves the table out). The audit log is always left
         out: it records requests, refused ones too, not what the bank holds.
     """
+    from ..store._bincopy import driver_connection
+    from ..store.vector_types import register_vector
+
+    # every connection then reads vectors as vectors (a pooled one a retain used already does, a new one
+    # would read text)
+    await register_vector(await driver_connection(conn))
     skip = {"audit_log": ("*",), **(skip or {})}
     out: Rows = {}
     for table in await bank_tables(conn):
@@ -83,6 +91,14 @@ def read_bank_rows(url: str, bank_ids: Collection[str], **options: Any) -> Rows:
             await engine.dispose()
 
     return asyncio.run(read())
+
+
+async def document_texts(conn: AsyncConnection, bank_id: str) -> dict[str, str]:
+    """Each document's text: its chunks in order (what its ``content_hash`` is taken of)."""
+    rows = await conn.execute(text(
+        "SELECT document_id, string_agg(chunk_text, E'\\n' ORDER BY chunk_index) AS body FROM chunks "
+        "WHERE bank_id = :b AND document_id IS NOT NULL GROUP BY document_id"), {"b": bank_id})
+    return {r.document_id: r.body for r in rows}
 
 
 def differences(before: Rows, after: Rows, limit: int = 5) -> list[str]:
