@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.service.wire import EXTRAS
 
 DEEP = b"[" * 200_000 + b"]" * 200_000
 
@@ -29,7 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture
 def http(server: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=120) as c:
+    with httpx.Client(base_url=server.url, timeout=120, headers=EXTRAS) as c:
         yield c
 
 
@@ -272,7 +273,7 @@ def test_health_answers_at_once_while_archives_are_refused_or_imported(tmp_path:
                 time.sleep(0.01)
 
     try:
-        with httpx.Client(base_url=server.url, timeout=600) as http:
+        with httpx.Client(base_url=server.url, timeout=600, headers=EXTRAS) as http:
             http.put("/v1/default/banks/host", json={}).raise_for_status()
             prober = threading.Thread(target=probe)
             prober.start()

@@ -313,7 +313,9 @@ async def _drive_http(settings: Any, path: WritePath, spec: dict[str, Any], seen
     from ..service.app import create_app
 
     app = create_app(settings)
-    inner = app.app.app  # inside the guard and the alias routing: the Starlette app, with the lifespan
+    inner = app
+    while not hasattr(inner, "router"):  # inside the ASGI layers around it: the Starlette app, with the lifespan
+        inner = inner.app
     assert path.request is not None
     async with inner.router.lifespan_context(inner):
         while not inner.state.service.ready:
