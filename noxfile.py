@@ -108,7 +108,8 @@ NOT_LIVE = {
      nox.param(TORCH_SUITE, id=TORCH_SUITE, tags=["torch"])],
 )
 def tests(session: nox.Session, target: str) -> None:
-    """Run the whole suite (all), or one backend's tests and compliance suite.
+    """Run the whole suite but the torch tests (all), the torch tests (torch), or one backend's tests and
+    compliance suite.
 
     A backend's live suite runs against ``HINDSIGHT_TEST_DATABASE_URL_<EXT>`` when it is set; without
     it, pg_textsearch and PGroonga are built from source (cached) and run live on a server of their own.
