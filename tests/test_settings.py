@@ -123,6 +123,10 @@ DEFAULTS = {
     "recall_context_document_weight": 0.2,
     "recall_context_expand": 50,
     "recall_period_first": True,
+    "webhook_delivery_workers": 4,
+    "webhook_allowed_hosts": "",
+    "webhook_retry_delays": (5.0, 300.0, 1800.0, 7200.0, 18000.0),
+    "audit_log_enabled": True,
 }
 
 
