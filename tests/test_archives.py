@@ -239,12 +239,29 @@ def _bomb(path: Path, entries: int, entry_bytes: int) -> Path:
     return path
 
 
+#: probes /health/live every 5 ms until its stdin closes; prints "wall-clock latency status" per probe
+_PROBE = """
+import sys, threading, time
+import httpx
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+with httpx.Client(base_url=sys.argv[1], timeout=10) as client:
+    while not stop.is_set():
+        at, started = time.time(), time.perf_counter()
+        status = client.get("/health/live").status_code
+        print(at, time.perf_counter() - started, status, flush=True)
+        time.sleep(0.005)
+"""
+
+
 @pytest.mark.slow
 def test_health_answers_at_once_while_archives_are_refused_or_imported(tmp_path: Path) -> None:
-    """/health/live stays under 100 ms (p99) while a 1 GB-expanding archive is refused, one just under
-    the limit is parsed and refused, and a 3,000-fact archive is imported."""
+    """/health/live stays under 100 ms (p99, probed from a process of its own) while 1 GB-expanding
+    archives are refused, one just under the limit is parsed and refused, and a 3,000-fact archive is
+    imported."""
     import statistics
-    import threading
+    import subprocess
+    import sys
     import time
 
     from hindsight_recall.testing.service import ServeProcess
@@ -261,41 +278,43 @@ def test_health_answers_at_once_while_archives_are_refused_or_imported(tmp_path:
     legit = zipped({"manifest.json": MANIFEST, **{f"documents/{d:06d}.json": document(
         f"d{d}", facts[d * 100 : (d + 1) * 100]) for d in range(30)}})
     server = ServeProcess(env, (tmp_path / "serve.log").open("w")).start()
-    latencies: list[float] = []
-    stop = threading.Event()
-
-    def probe() -> None:
-        with httpx.Client(base_url=server.url, timeout=10) as c:
-            while not stop.is_set():
-                started = time.perf_counter()
-                assert c.get("/health/live").status_code == 200
-                latencies.append(time.perf_counter() - started)
-                time.sleep(0.01)
-
+    phases: list[tuple[str, float, float]] = []
     try:
         with httpx.Client(base_url=server.url, timeout=600, headers=EXTRAS) as http:
             http.put("/v1/default/banks/host", json={}).raise_for_status()
-            prober = threading.Thread(target=probe)
-            prober.start()
+            prober = subprocess.Popen([sys.executable, "-c", _PROBE, server.url], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+            time.sleep(1)
             url = "/v1/default/banks/host/transfer/import"
-            started = time.perf_counter()
-            refused(http.post(url, params={"target_bank_id": "bomb"}, files={"file": gigabyte.open("rb")}),
-                    "ARCHIVE_MAX_BYTES")
-            gigabyte_seconds = time.perf_counter() - started
+            started = time.time()
+            for _ in range(8):
+                refused(http.post(url, params={"target_bank_id": "bomb"}, files={"file": gigabyte.open("rb")}),
+                        "ARCHIVE_MAX_BYTES")
+            phases.append(("8 uploads of a 1 GB-expanding archive refused", started, time.time()))
             refused(http.post(url, params={"target_bank_id": "heavy"}, files={"file": heavy.open("rb")}),
                     "documents/000000.json", "not valid JSON")
+            phases.append(("a 250 MB entry parsed and refused", phases[-1][2], time.time()))
             imported = http.post(url, params={"target_bank_id": "legit"}, files={"file": ("a.zip", legit)})
             assert imported.status_code == 202, imported.text
-            stop.set()
-            prober.join()
+            phases.append(("3,000 facts imported", phases[-1][2], time.time()))
+            out, _ = prober.communicate(input="", timeout=60)
             assert http.get("/v1/default/banks/legit/stats").json()["total_nodes"] == 3000
     finally:
-        stop.set()
         server.stop()
-    latencies.sort()
-    p99 = latencies[int(len(latencies) * 0.99) - 1]
-    print(f"/health/live over {len(latencies)} probes: median {statistics.median(latencies) * 1000:.1f} ms, "
-          f"p99 {p99 * 1000:.1f} ms, max {latencies[-1] * 1000:.1f} ms; the 1 GB archive refused in "
-          f"{gigabyte_seconds:.2f} s")
-    assert gigabyte_seconds < 5
-    assert p99 < 0.1, f"p99 {p99 * 1000:.0f} ms"
+    probes = [(float(at), float(seconds), int(status)) for at, seconds, status in map(str.split, out.splitlines())]
+    assert {status for _, _, status in probes} == {200}
+
+    def p99(values: list[float]) -> float:
+        return sorted(values)[max(int(len(values) * 0.99) - 1, 0)]
+
+    every: list[float] = []
+    for name, start, end in phases:
+        values = [seconds for at, seconds, _ in probes if start <= at < end]
+        every += values
+        print(f"/health/live while {name} ({end - start:.1f} s): {len(values)} probes, median "
+              f"{statistics.median(values) * 1000:.1f} ms, p99 {p99(values) * 1000:.1f} ms, "
+              f"max {max(values) * 1000:.1f} ms")
+        assert p99(values) < 0.1, name
+    refusals = phases[0][2] - phases[0][1]
+    print(f"a 1 GB-expanding archive refused in {refusals / 8:.2f} s on average")
+    assert refusals / 8 < 5 and p99(every) < 0.1
