@@ -2,10 +2,10 @@
 ``tests(citus)`` on a Citus cluster and ``tests(torch)`` for the torch paths), ``lint`` and ``demo``.
 
 Each session installs only what it runs: none but ``tests(torch)`` installs torch (the default path runs
-the models on ONNX Runtime); ``tests(native)``, ``tests(vchord)`` and ``tests(pg_search)`` without a
-server URL check SQL only and install no model; ``tests(pg_textsearch)`` and ``tests(pgroonga)`` build
-their extension (cached) and run live; ``tests(all)`` runs everything but the tests marked ``torch``,
-which ``tests(torch)`` runs.
+the models on ONNX Runtime); ``tests(native)`` checks SQL only and installs no model (native's live tests
+run in ``tests(all)``); ``tests(vchord)``, ``tests(pg_textsearch)``, ``tests(pgroonga)`` and
+``tests(pg_search)`` build their extension (cached) and run live; ``tests(all)`` runs everything but the
+tests marked ``torch``, which ``tests(torch)`` runs.
 """
 
 from __future__ import annotations
@@ -90,13 +90,9 @@ CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recal
                 "tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_round_trip.py",
                 "tests/test_atomic_writes.py")
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
-BUILT = ("pg_textsearch", "pgroonga")
+BUILT = ("vchord", "pg_textsearch", "pgroonga", "pg_search")
 #: Why the others run only their SQL checks without a URL.
-NOT_LIVE = {
-    "native": "its live tests run in tests(all), on the embedded server",
-    "vchord": "vchord_bm25 and pg_tokenizer are Rust (pgrx) extensions whose crates cannot be fetched here",
-    "pg_search": "pg_search is a Rust (pgrx) extension whose crates cannot be fetched here",
-}
+NOT_LIVE = {"native": "its live tests run in tests(all), on the embedded server"}
 
 
 @nox.session(python="3.11")
@@ -112,7 +108,7 @@ def tests(session: nox.Session, target: str) -> None:
     compliance suite.
 
     A backend's live suite runs against ``HINDSIGHT_TEST_DATABASE_URL_<EXT>`` when it is set; without
-    it, pg_textsearch and PGroonga are built from source (cached) and run live on a server of their own.
+    it, the extension is built from source (cached) and runs live on a server of its own.
     ``tests(citus)`` runs against ``HINDSIGHT_TEST_DATABASE_URL_CITUS`` (a coordinator); without it, it
     builds Citus (cached) and the run starts a coordinator and two workers, stopped at its end.
     """

@@ -1,6 +1,6 @@
 """hindsight_recall.testing.pgserver without building anything: sources, checksums, tools, build steps, the CLI.
 
-The builds themselves and the servers they start run in tests(pg_textsearch) and tests(pgroonga).
+The builds themselves and the servers they start run in the tests(<extension>) sessions.
 """
 
 from __future__ import annotations
@@ -137,22 +137,27 @@ def test_the_unknown_compiler_flag_is_stripped(tmp_path: Path) -> None:
 
 
 def test_unknown_extension_is_unavailable() -> None:
-    with pytest.raises(Unavailable, match="no build recipe for 'vchord'.*citus, pg_textsearch, pgroonga"):
-        pgserver.install("vchord")
+    known = "citus, pg_search, pg_textsearch, pgroonga, vchord"
+    with pytest.raises(Unavailable, match=f"no build recipe for 'zombodb'.*{known}"):
+        pgserver.install("zombodb")
 
 
 def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert pgserver.main(["build", "vchord"]) == 3
-    assert capsys.readouterr().out == "vchord cannot be built here: no build recipe for 'vchord' " \
-                                      "(known: citus, pg_textsearch, pgroonga)\n"
+    assert pgserver.main(["build", "zombodb"]) == 3
+    assert capsys.readouterr().out == "zombodb cannot be built here: no build recipe for 'zombodb' " \
+                                      "(known: citus, pg_search, pg_textsearch, pgroonga, vchord)\n"
     assert pgserver.main(["frobnicate"]) == 2
     assert "usage:" in capsys.readouterr().err
 
 
 def test_cache_key_names_extension_and_versions() -> None:
-    assert [r.key for r in pgserver.RECIPES.values()] == ["pg_textsearch-1.4.0", "pgroonga-4.0.6", "citus-14.0.1"]
+    assert [r.key for r in pgserver.RECIPES.values()] == [
+        "pg_textsearch-1.4.0", "pgroonga-4.0.6", "vchord_bm25-0.3.0", "pg_search-0.21.16", "citus-14.0.1"]
     assert pgserver.RECIPES["pgroonga"].needs == ("groonga",)
-    assert {n for n, r in pgserver.RECIPES.items() if r.preload} == {"pg_textsearch", "citus"}
+    assert pgserver.RECIPES["pg_search"].needs == ("cargo-pgrx",)
+    assert {n: r.preload for n, r in pgserver.RECIPES.items() if r.preload} == {
+        "pg_textsearch": ("pg_textsearch",), "vchord": ("vchord_bm25", "pg_tokenizer"), "citus": ("citus",)}
+    assert pgserver.RECIPES["vchord"].extensions == ("pg_tokenizer",)
     _, version = pgserver.embedded_install()
     assert version.startswith("18.")
 
@@ -177,3 +182,48 @@ def test_a_second_builder_waits_for_the_lock(tmp_path: Path) -> None:
     assert entered.wait(10)
     thread.join()
     assert lines == ["waiting for another process building x ..."]
+
+
+def test_the_build_cache_can_be_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(pgserver.CACHE_ENV, str(tmp_path / "cold"))
+    assert pgserver.cache_root() == tmp_path / "cold"
+    monkeypatch.setenv(pgserver.CACHE_ENV, "  ")
+    assert pgserver.cache_root() != tmp_path / "cold"
+
+
+def test_git_dependencies_point_at_the_vendored_folders(tmp_path: Path) -> None:
+    repo = tmp_path / "tantivy"
+    (repo / "tokenizer-api").mkdir(parents=True)
+    (repo / "Cargo.toml").write_text('[package]\nname = "tantivy"\n')
+    (repo / "tokenizer-api" / "Cargo.toml").write_text('[package]\nname = "tantivy-tokenizer-api"\n')
+    manifest = tmp_path / "Cargo.toml"
+    manifest.write_text(
+        'tantivy = { git = "https://example.org/tantivy.git", package = "tantivy", rev = "55e26b2", features = [\n'
+        '  "stemmer",\n], default-features = false }\n'
+        '[patch.crates-io]\n'
+        'tantivy-tokenizer-api = { git = "https://example.org/tantivy.git", package = "tantivy-tokenizer-api", '
+        'rev = "55e26b2" }\n'
+        'fst = { git = "https://example.org/fst.git" }\n')
+    pgserver._git_to_path(manifest, "https://example.org/tantivy.git", repo)
+    assert manifest.read_text() == (
+        f'tantivy = {{ path = "{repo}", package = "tantivy", features = [\n  "stemmer",\n], '
+        'default-features = false }\n'
+        '[patch.crates-io]\n'
+        f'tantivy-tokenizer-api = {{ path = "{repo / "tokenizer-api"}", package = "tantivy-tokenizer-api" }}\n'
+        'fst = { git = "https://example.org/fst.git" }\n')
+    with pytest.raises(BuildError, match="no dependency on https://example.org/other.git"):
+        pgserver._git_to_path(manifest, "https://example.org/other.git", repo)
+
+
+def test_a_patch_that_finds_nothing_fails_the_build(tmp_path: Path) -> None:
+    source = tmp_path / "builtin.rs"
+    source.write_text('pub const PRELOAD_MODELS: &[&str] = &["llmlingua2"];\n')
+    pgserver._patch(source, '&["llmlingua2"]', "&[]")
+    assert source.read_text() == "pub const PRELOAD_MODELS: &[&str] = &[];\n"
+    with pytest.raises(BuildError, match="expected text not found"):
+        pgserver._patch(source, '&["llmlingua2"]', "&[]")
+
+
+def test_the_kept_lock_file_is_shipped() -> None:
+    lock = pgserver.LOCKS / "vchord_bm25-0.3.0.Cargo.lock"
+    assert 'name = "pgrx"\nversion = "0.16.1"' in lock.read_text()

@@ -10,6 +10,7 @@ import pytest
 from hindsight_recall.errors import ConfigError
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
+from hindsight_recall.testing.golden import Golden, run_golden
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_pg_search import PgSearchBackend, PgSearchSettings, parse_tokenizer
 from pydantic import ValidationError
@@ -38,20 +39,13 @@ def backend(tokenizer: str = "", **settings: Any) -> PgSearchBackend:
     return PgSearchBackend(Settings(**settings), PgSearchSettings(tokenizer=tokenizer))
 
 
+def golden(b: PgSearchBackend) -> Golden:
+    return Golden.of(b, COLUMNS, WHERE)
+
+
 def statements(b: PgSearchBackend) -> list[str]:
     """Every statement the backend contributes, embedded the way core runs it."""
-    return [
-        *b.install_statements(),
-        *b.session_statements(),
-        f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
-        *b.index_statements(),
-        f"INSERT INTO memory_units (id, search_vector) "
-        f"SELECT id, {b.write_expression('document')} FROM stage_units",
-        b.arm_sql(columns=COLUMNS, where=WHERE),
-        " UNION ALL ".join(
-            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
-        ),
-    ]
+    return golden(b).statements
 
 
 def test_satisfies_protocol_and_entry_point() -> None:
@@ -202,3 +196,49 @@ async def test_prepare_query_caps_the_terms() -> None:
 @pytest.mark.parametrize("tokens", [[], [""], [" ", ".", "\x00", "&|!"]])
 async def test_prepare_query_without_terms_skips_the_arm(tokens: list[str]) -> None:
     assert await backend().prepare_query(". &", tokens, NO_CONNECTION) is None
+
+
+# ------------------------------------------------------------------------------------------------ live
+
+DOCUMENTS = [
+    ("00000000-0000-0000-0000-000000000001", "b1", "world", "Alice adopted a grey cat named Luna in March."),
+    ("00000000-0000-0000-0000-000000000002", "b1", "world", "Bob sold his sailing boat and bought a bicycle."),
+    ("00000000-0000-0000-0000-000000000003", "b1", "experience", "I helped Alice carry the cat food home."),
+    ("00000000-0000-0000-0000-000000000004", "b2", "world", "Alice adopted a dog in another bank."),
+    ("00000000-0000-0000-0000-000000000005", "b1", "world", "东京塔在东京的港区。"),
+]
+#: The tokenizers pg_search 0.21 builds here: edge_ngram arrived in 0.23, icu needs the extension's
+#: icu feature, and the lindera dictionaries are left out of the build (their build scripts download).
+LIVE_TOKENIZERS = ["", "unicode_words", "simple", "whitespace", "literal_normalized", "chinese_compatible",
+                   "jieba", "source_code", "ngram(2,3)"]
+
+
+class TestGoldenStatementsLive:
+    """The statements pinned above, executed on a server with pg_search."""
+
+    backend_name = "pg_search"
+
+    def run(self, url: str, schema: str, query: str, tokenizer: str = "") -> list[list[tuple[Any, ...]]]:
+        b = PgSearchBackend(Settings(database_schema=schema), PgSearchSettings(tokenizer=tokenizer))
+        params = {"query_text": query, "bank_id": "b1", "filter_tags": [], "min_score": 0.0, "limit": 10}
+        return run_golden(url, schema, golden(b), DOCUMENTS, params)
+
+    @pytest.mark.parametrize("tokenizer", LIVE_TOKENIZERS)
+    def test_the_arm_ranks_the_bank_s_match_first(self, tokenizer: str, hr_database_url: str,
+                                                   hr_fresh_schema: str) -> None:
+        query = "Bob sailing boat" if tokenizer in ("whitespace", "literal_normalized") else "sailing boats"
+        if tokenizer == "literal_normalized":  # one token per field: only the whole text matches
+            query = DOCUMENTS[1][3]
+        one, both = self.run(hr_database_url, hr_fresh_schema, query, tokenizer)
+        assert [r[1] for r in one][:1] == [DOCUMENTS[1][3]], one
+        assert one[0][3] > 0
+        assert all(r[2] in ("world", "experience") for r in both)
+
+    def test_both_fact_types_and_no_other_bank(self, hr_database_url: str, hr_fresh_schema: str) -> None:
+        one, both = self.run(hr_database_url, hr_fresh_schema, "alice cat")
+        assert [r[1] for r in one] == [DOCUMENTS[0][3]]
+        assert sorted(r[2] for r in both) == ["experience", "world"]
+
+    def test_cjk_query(self, hr_database_url: str, hr_fresh_schema: str) -> None:
+        cjk, _ = self.run(hr_database_url, hr_fresh_schema, "东京塔", "jieba")
+        assert [r[1] for r in cjk] == [DOCUMENTS[4][3]]

