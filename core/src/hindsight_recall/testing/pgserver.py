@@ -418,6 +418,10 @@ PGRX = "0.16.1"
 #: A test build: the releases' fat LTO and single codegen unit take about three times as long to
 #: build and change nothing a test sees.
 TEST_PROFILE = {"CARGO_PROFILE_RELEASE_LTO": "off", "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"}
+#: The dev profile made the release's equal but for LTO, for builds that cargo-pgrx runs in both.
+OPTIMIZED_DEV = {"CARGO_PROFILE_DEV_OPT_LEVEL": "3", "CARGO_PROFILE_DEV_DEBUG": "0",
+                 "CARGO_PROFILE_DEV_DEBUG_ASSERTIONS": "false", "CARGO_PROFILE_DEV_OVERFLOW_CHECKS": "false",
+                 "CARGO_PROFILE_DEV_CODEGEN_UNITS": "16", "CARGO_INCREMENTAL": "0"}
 #: What pgrx's build needs beside cargo: libclang for its bindings (bindgen), rustfmt for their output.
 PGRX_APT = ("clang", "libclang-dev", "libssl-dev", "pkg-config", "build-essential")
 #: Lock files kept with the recipes, for crates that ship none (their versions would drift build to build).
@@ -525,10 +529,12 @@ def _build_pg_search(builder: Builder, sources: Sequence[Path], pg_config: Path)
     (paradedb / "rust-toolchain.toml").unlink()
     home = paradedb.parent / "pgrx-home"
     home.mkdir()
-    env = {**_cargo_env(pg_config, cache_root() / "cargo" / "pg_search"), "PGRX_HOME": str(home)}
+    env = {**_cargo_env(pg_config, cache_root() / "cargo" / "pg_search"), **OPTIMIZED_DEV, "PGRX_HOME": str(home)}
     pgrx = cargo_pgrx / "bin" / "cargo-pgrx"
     builder.run(pgrx, "pgrx", "init", f"--pg18={pg_config}", cwd=paradedb, env=env)
-    builder.run(pgrx, "pgrx", "install", "--release", "--pg-config", pg_config, "--package", "pg_search",
+    # no --release: cargo-pgrx builds the binary that writes the SQL in the dev profile, which then
+    # reuses every crate of the library's build instead of compiling them all a second time
+    builder.run(pgrx, "pgrx", "install", "--pg-config", pg_config, "--package", "pg_search",
                 cwd=paradedb / "pg_search", env=env)
 
 
@@ -797,15 +803,36 @@ class CitusCluster:
             node.stop()
 
 
+def add_extension(target: Installation, extension: str, echo: Echo = print) -> None:
+    """Copy ``extension`` (a key of :data:`RECIPES`, built first if needed) into ``target``'s PostgreSQL.
+
+    Both copies come from the same wheel, so the library loads in either; this is how a Citus
+    cluster gets a text-search extension without building it a second time.
+    """
+    source = install(extension, echo)
+    for name in (*source.recipe.extensions, source.recipe.name):
+        library = _pg_dir(source.pg_config, "pkglibdir") / f"{name}.so"
+        shutil.copy(library, _pg_dir(target.pg_config, "pkglibdir") / library.name)
+        shared = _pg_dir(source.pg_config, "sharedir") / "extension"
+        for path in [shared / f"{name}.control", *shared.glob(f"{name}--*.sql")]:
+            shutil.copy(path, _pg_dir(target.pg_config, "sharedir") / "extension" / path.name)
+
+
 @contextlib.contextmanager
-def citus_cluster(workers: int = 2, *, echo: Echo = print) -> Iterator[CitusCluster]:
+def citus_cluster(workers: int = 2, *, extensions: Sequence[str] = (), echo: Echo = print) -> Iterator[CitusCluster]:
     """A Citus cluster on 127.0.0.1: a coordinator and ``workers`` workers; stopped on exit.
 
     Every node has ``citus``, ``vector`` and ``btree_gist``; the nodes share one password.
 
+    :param extensions: keys of :data:`RECIPES` (e.g. ``pg_search``) the nodes can also create, built
+        first if needed; none may need preloading.
     :raises Unavailable: Citus's source or a build tool is missing.
     """
     installation = install("citus", echo)
+    for extension in extensions:
+        if (recipe := RECIPES.get(extension)) is not None and recipe.preload:
+            raise Unavailable(f"{extension} must be preloaded, which the Citus cluster does not do")
+        add_extension(installation, extension, echo)
     coordinator = start_server(installation)
     cluster = CitusCluster(coordinator, [])
     try:
