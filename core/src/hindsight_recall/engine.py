@@ -16,7 +16,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import transfer
-from .errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError
+from .errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError, db_message
+from .jsonl import parse_memory
 from .plugins import PluginManager, adopt, get_plugin_manager
 from .protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
 from .recall.pipeline import run_recall, warm_date_parser
@@ -24,11 +25,10 @@ from .recall.request import build_request
 from .recall.rerank import RerankStage
 from .retain import edit as edits
 from .retain.ingest import Ingestor, RetainStats
-from .retain.memories import parse_memory
 from .settings import Settings, load_settings
 from .store import ann, banks, documents, listing, memory_edit, token_counts
 from .store.citus import check_backend, compatible_backends
-from .store.db import Database, database_error, database_errors, db_message, is_retryable
+from .store.db import Database, database_error, database_errors, is_retryable
 from .store.schema import migrate
 from .tokens import TokenCounter
 from .types import Memory

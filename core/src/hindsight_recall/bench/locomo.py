@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..retain.memories import read_jsonl
+from ..jsonl import read_jsonl
 from ..store import banks
 from ._bm25 import Okapi
 

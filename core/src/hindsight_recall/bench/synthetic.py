@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import calendar
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -312,4 +313,20 @@ def queries(bank: SyntheticBank, count: int = 60, *, seed: int = 0) -> list[Benc
             window = (start, start.replace(day=last, hour=23, minute=59, second=59))
             text = f"What happened in {start:%B %Y} about {picked[0]} {picked[1]}?"
         out.append(BenchQuery(kind, text, vector, window))
+    return out
+
+
+def split(bank: SyntheticBank, count: int) -> dict[str, tuple[list[Any], Any]]:
+    """Contiguous slices of a generated bank; references across slices are dropped."""
+    n = len(bank.memories)
+    per = -(-n // count)
+    out: dict[str, tuple[list[Any], Any]] = {}
+    for k in range(count):
+        part = bank.memories[k * per : (k + 1) * per]
+        if not part:
+            break
+        inside = {m.id for m in part}
+        kept = [replace(m, causes=tuple(c for c in m.causes if c in inside),
+                        source_ids=tuple(s for s in m.source_ids if s in inside)) for m in part]
+        out[f"bank-{k:05d}"] = (kept, bank.vectors[k * per : (k + 1) * per])
     return out

@@ -21,8 +21,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
+from ..errors import redact
 from ..reflect import close_reflector
-from ..settings import Settings, load_settings, redact
+from ..settings import Settings, load_settings
 from .aliases import AliasResolver, AliasRouting
 from .audit import AuditLog
 from .console import console_routes

@@ -53,7 +53,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from ..errors import BankNotFound, RetainError
-from ..retain.memories import parse_memory
+from ..jsonl import parse_memory
 from ..types import Budget, FactType, Memory, TagsMatch
 from . import mcp_tools
 from .aliases import AliasResolver
@@ -188,8 +188,7 @@ def _log_failure(opening: asyncio.Future[Engine]) -> None:
     """Say on stderr why the engine did not open (every tool call answers with the same message)."""
     error = None if opening.cancelled() else opening.exception()
     if error is not None:
-        from ..errors import describe_error
-        from ..settings import redact
+        from ..errors import describe_error, redact
 
         log.error("the engine did not open: %s", describe_error(error) or redact(f"{type(error).__name__}: {error}"))
 
