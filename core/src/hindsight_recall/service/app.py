@@ -27,6 +27,7 @@ from ..settings import Settings, load_settings
 from .aliases import AliasResolver, AliasRouting
 from .audit import AuditLog
 from .console import console_routes
+from .console.auth import is_console_path
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
@@ -161,7 +162,8 @@ def create_app(settings: Settings | None = None) -> Any:
     app.state.worker = worker
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
-    return Guard(AliasRouting(AuditLog(app, engine, "http"), resolver), settings, state, service_metrics)
+    return Guard(AliasRouting(AuditLog(app, engine, "http"), resolver), settings, state, service_metrics,
+                 console=is_console_path)
 
 
 async def _work(loading: asyncio.Task[None], state: ServiceState, worker: Worker) -> None:
