@@ -32,6 +32,8 @@ from ..store.db import Database, database_error, database_errors, is_retryable
 from ..store.schema import migrate
 from ..tokens import TokenCounter
 from ..types import Memory
+from .aliases import Aliases
+from .audit import Audit
 from .directives import Directives
 from .entities import Entities
 from .graph import Graph
@@ -96,6 +98,8 @@ class Engine:
         self.entities = Entities(self.db)
         self.graph = Graph(self.db)
         self.observations = Observations(self.db)
+        self.aliases = Aliases(self.db)
+        self.audit = Audit(self.db)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""

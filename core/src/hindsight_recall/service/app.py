@@ -24,7 +24,7 @@ from ..engine import Engine
 from ..errors import redact
 from ..reflect import close_reflector
 from ..settings import Settings, load_settings
-from .aliases import AliasResolver, AliasRouting
+from .aliases import AliasRouting
 from .audit import AuditLog
 from .console import console_routes
 from .console.auth import is_console_path
@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> Any:
     # against the start-up
     engine = Engine(settings, warm_date_finder=False)
     state = ServiceState()
-    resolver = AliasResolver(engine.db)
+    resolver = engine.aliases.resolver()
     service_metrics = ServiceMetrics()
     service_metrics.watch_pool(engine)
     routes: list[Any] = [

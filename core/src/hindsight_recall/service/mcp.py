@@ -201,7 +201,7 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
         the caller opens it before the first tool call and closes it after the last.
     :param aliases: the bank aliases the tools resolve (default: a resolver of the server's own).
     """
-    aliases = aliases or AliasResolver(engine.db)
+    aliases = aliases or engine.aliases.resolver()
     slot = _EngineSlot(engine, owned, aliases)
     server: MCPServer[Any] = MCPServer(
         "hindsight-recall", version=version("hindsight-recall"), instructions=INSTRUCTIONS,
@@ -376,7 +376,7 @@ def mcp_app(engine: Engine, *, host: str = "127.0.0.1", max_request_bytes: int =
         when :meth:`McpHttpApp.running` ends).
     """
     own = aliases is None
-    aliases = aliases or AliasResolver(engine.db)
+    aliases = aliases or engine.aliases.resolver()
     return McpHttpApp(build_server(engine, aliases=aliases), host, max_request_bytes, aliases if own else None)
 
 
