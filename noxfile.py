@@ -69,10 +69,12 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff over everything, mypy --strict over core and the plugins (torch and the model are left out)."""
+    """ruff, core's layers and import circles (lint-imports), mypy --strict over core and the plugins (no model)."""
     install_without_models(session, *PLUGINS)
-    session.install("ruff>=0.6", "mypy>=1.11", *TEST_DEPS)
+    session.install("ruff>=0.6", "mypy>=1.11", "import-linter>=2.17", *TEST_DEPS)
     session.run("ruff", "check", ".")
+    # the contracts in pyproject.toml: the layers, no circle at any depth, the faces through the engine
+    session.run("lint-imports")
     modules = sorted(glob.glob("backends/*/hindsight_recall_*.py") + glob.glob("rerankers/*/hindsight_recall_*.py")
                      + glob.glob("llms/*/hindsight_recall_*.py"))
     session.run("mypy", "core/src/hindsight_recall", *modules)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .archive import NO_DOCUMENT, OURS
 from .errors import RetainError
-from .retain.memories import parse_datetime
+from .jsonl import parse_datetime
 from .types import FACT_TYPES, Memory
 
 LINK_TYPES = ("semantic", "temporal", "causes", "caused_by", "enables", "prevents")

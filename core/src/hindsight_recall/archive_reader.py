@@ -29,7 +29,7 @@ from typing import IO, Any, NamedTuple
 from ._archive_fields import Refused, depth_checked, read_date, read_document, read_link, read_observation, read_text
 from .archive import INVALIDATED_ENTRY, LINKS_ENTRY, OURS, SCHEMA_VERSION, invalid
 from .errors import RetainError
-from .retain.memories import parse_memory
+from .jsonl import parse_memory
 from .types import Memory
 
 #: memories per record: what the server unpickles at once stays a few milliseconds of work

@@ -67,7 +67,7 @@ def demo(bank: str, replace: bool) -> None:
 @cli_remote.API_KEY
 def retain(file: Path, bank: str | None, url: str | None, api_key: str | None) -> None:
     """Store the memories of a JSONL FILE, one memory per line."""
-    from .retain.memories import read_jsonl
+    from .jsonl import read_jsonl
 
     if url:
         click.echo(run(lambda: _sync(cli_remote.retain, url, api_key, file, bank)))

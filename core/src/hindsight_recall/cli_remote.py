@@ -35,7 +35,7 @@ def recall(url: str, api_key: str | None, bank: str, query: str, options: dict[s
 
 def retain(url: str, api_key: str | None, file: Path, bank: str | None) -> str:
     """Validate the file here (errors name their line), then send it in one request: one transaction."""
-    from .retain.memories import parse_lines
+    from .jsonl import parse_lines
 
     text = file.read_text(encoding="utf-8")
     objects = []

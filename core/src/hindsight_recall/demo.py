@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 from .errors import InvalidRequest
-from .retain.memories import parse_lines
+from .jsonl import parse_lines
 from .store import banks
 
 ARMS = ("semantic", "keyword", "graph", "temporal")

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+#: the prefix of every setting's environment variable
+PREFIX = "HINDSIGHT_API_"
+
 
 class RecallError(Exception):
     """Base class of every error hindsight-recall raises on purpose."""
@@ -147,8 +156,6 @@ def describe_error(exc: BaseException) -> str | None:
     from sqlalchemy.exc import DBAPIError
     from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-    from .settings import describe_validation_error, redact
-
     if isinstance(exc, RecallError):
         message = str(exc)
     elif isinstance(exc, ValidationError):
@@ -158,11 +165,43 @@ def describe_error(exc: BaseException) -> str | None:
     elif isinstance(exc, PoolTimeout):
         message = "no database connection came free in time (HINDSIGHT_API_DB_POOL_MAX_SIZE, DB_ACQUIRE_TIMEOUT)"
     elif isinstance(exc, DBAPIError):
-        from .store.db import db_message
-
         message = f"database error: {db_message(exc)}"
     elif isinstance(exc, OSError) and exc.strerror:
         message = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
     else:
         return None
     return redact(message)
+
+
+# scheme://user:password@ and key=value conninfo passwords.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^\s/?#]*)(?=@[^@\s/?#]*(?:[/?#\s]|$))"
+)
+_CONNINFO_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every database URL (and ``password=...`` pair) replaced by ``***``."""
+    text = _URL_PASSWORD.sub(lambda m: m["head"] + "***" if m["secret"] else m["head"], text)
+    return _CONNINFO_PASSWORD.sub(lambda m: m["head"] + "***", text)
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = PREFIX) -> str:
+    """One line per invalid field, naming its environment variable.
+
+    :param exc: the validation error.
+    :param prefix: the settings class's environment prefix.
+    """
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "settings"
+        variable = f"{prefix}{field.upper()}" if err["loc"] else "settings"
+        lines.append(redact(f"{variable}: {err['msg']} (got {err.get('input')!r})"))
+    return "Invalid configuration:\n" + "\n".join(lines)
+
+
+def db_message(exc: BaseException) -> str:
+    """The first line of the driver's message (not SQLAlchemy's SQL echo), credentials redacted."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return redact(text.splitlines()[0]) if text else type(orig).__name__

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from .types import ArmResult, Budget, Placement, TimeWindow
+from .types import ArmResult, Budget, ChatReply, ChatRequest, Placement, TimeWindow
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from .llm.types import ChatReply, ChatRequest
     from .settings import Settings
-    from .store.db import LimitedConnections
 
 F = TypeVar("F")
 
@@ -91,6 +90,18 @@ def with_ctes(ctes: Mapping[str, str], body: str) -> str:
     return "WITH " + ", ".join(f"{name} AS {sql}" for name, sql in ctes.items()) + " " + body
 
 
+class Connections(Protocol):
+    """Where a recall's stages take database connections, at most the recall's budget at once
+    (:class:`~hindsight_recall.store.db.LimitedConnections`)."""
+
+    #: seconds spent waiting for a slot or a pooled connection, summed (a trace diagnostic)
+    waited: float
+
+    def connect(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A connection for the block: the recall's own while it is free, else one from the pool."""
+        ...
+
+
 @dataclass(frozen=True)
 class RetrievalContext:
     """Everything an arm needs to retrieve for one recall."""
@@ -105,7 +116,7 @@ class RetrievalContext:
     limit: int
     filter: SqlFilter
     settings: Settings
-    db: LimitedConnections
+    db: Connections
     text_search: TextSearchBackend
     now: datetime
     window: TimeWindow | None = None

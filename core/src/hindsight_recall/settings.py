@@ -7,6 +7,7 @@ Plugins own their own small settings classes with longer prefixes.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -26,11 +27,13 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .errors import PREFIX as PREFIX
 from .errors import ConfigError
+from .errors import describe_validation_error as describe_validation_error
+from .errors import redact as redact
 
 log = logging.getLogger(__name__)
 
-PREFIX = "HINDSIGHT_API_"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DECAY_FUNCTIONS = ("linear", "exponential", "none")
 #: The keys of ``Settings.plugins``: one section per plugin kind (``hindsight_recall.protocols.KINDS``).
@@ -353,8 +356,6 @@ class Settings(BaseSettings, BankSettings):
 
     def server_settings(self) -> dict[str, str]:
         """The embedded server's PostgreSQL settings: sized to the machine, then EMBEDDED_SERVER_SETTINGS."""
-        from .store.embedded import sized_settings
-
         return {**sized_settings(), **parse_server_settings(self.embedded_server_settings)}
 
     def for_bank(self, overrides: dict[str, Any] | None) -> Settings:
@@ -374,18 +375,35 @@ class Settings(BaseSettings, BankSettings):
         return per_level or self.reranker_max_candidates
 
 
+def sized_settings(memory_bytes: int | None = None) -> dict[str, str]:
+    """PostgreSQL memory settings sized to the machine (PostgreSQL's defaults fit 1990s machines).
+
+    ``shared_buffers`` a quarter of RAM up to 4 GB; ``effective_cache_size`` half of RAM;
+    ``work_mem`` RAM/512 within 4-64 MB (per sort, per connection); ``maintenance_work_mem``
+    RAM/16 within 64 MB-2 GB (HNSW builds run much faster when the graph fits).
+    """
+    total = memory_bytes if memory_bytes is not None else _memory_bytes()
+    mb = max(total // 2**20, 512)
+
+    def clamp(value: int, low: int, high: int) -> str:
+        return f"{max(low, min(value, high))}MB"
+
+    return {
+        "shared_buffers": clamp(mb // 4, 128, 4096),
+        "effective_cache_size": clamp(mb // 2, 256, 1 << 20),
+        "work_mem": clamp(mb // 512, 4, 64),
+        "maintenance_work_mem": clamp(mb // 16, 64, 2048),
+    }
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 4 * 2**30
+
+
 _SERVER_SETTING = re.compile(r"^[a-z_][a-z0-9_.]*$")
-# scheme://user:password@ and key=value conninfo passwords.
-_URL_PASSWORD = re.compile(
-    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^\s/?#]*)(?=@[^@\s/?#]*(?:[/?#\s]|$))"
-)
-_CONNINFO_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """``text`` with the password of every database URL (and ``password=...`` pair) replaced by ``***``."""
-    text = _URL_PASSWORD.sub(lambda m: m["head"] + "***" if m["secret"] else m["head"], text)
-    return _CONNINFO_PASSWORD.sub(lambda m: m["head"] + "***", text)
 
 
 def parse_server_settings(value: str) -> dict[str, str]:
@@ -413,20 +431,6 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from None
-
-
-def describe_validation_error(exc: ValidationError, prefix: str = PREFIX) -> str:
-    """One line per invalid field, naming its environment variable.
-
-    :param exc: the validation error.
-    :param prefix: the settings class's environment prefix.
-    """
-    lines = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "settings"
-        variable = f"{prefix}{field.upper()}" if err["loc"] else "settings"
-        lines.append(redact(f"{variable}: {err['msg']} (got {err.get('input')!r})"))
-    return "Invalid configuration:\n" + "\n".join(lines)
 
 
 M = TypeVar("M", bound=BaseModel)

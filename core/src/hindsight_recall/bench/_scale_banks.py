@@ -19,9 +19,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from ..settings import redact
+from ..errors import redact
 from ..store import banks
-from .synthetic import SyntheticBank
+from .synthetic import SyntheticBank, split
 
 #: the stride of bench/banks.py: a prime, so that consecutive questions go to different banks and
 #: every bank is asked before one is asked twice (for fewer than 7,919 banks)
@@ -55,13 +55,11 @@ def check_database_url(url: str) -> str:
 def spread(bank: SyntheticBank, count: int, prefix: str) -> dict[str, tuple[Sequence[Any], Any]]:
     """The generated memories as ``count`` banks ``<prefix>-00000`` upwards: bank id -> (memories, vectors).
 
-    The slices are contiguous (:func:`hindsight_recall.bench.banks.split`); fewer than ``count`` come
+    The slices are contiguous (:func:`hindsight_recall.bench.synthetic.split`); fewer than ``count`` come
     out when the last slices would be empty.
     """
     if count == 1:  # the bank as generated: no copy of a million memories
         return {f"{prefix}-00000": (bank.memories, bank.vectors)}
-    from .banks import split  # late: bench.banks imports bench.scale, which imports this module
-
     return {f"{prefix}-{name.removeprefix('bank-')}": part for name, part in split(bank, count).items()}
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,26 +22,11 @@ from sqlalchemy import text
 
 from ..store.ann import placement
 from .scale import QueryVectors, percentiles
-from .synthetic import SyntheticBank, generate, queries
+from .synthetic import generate, queries
+from .synthetic import split as split  # re-exported: the banks this benchmark loads
 
 WARMUP = 5
 PLANS = 15
-
-
-def split(bank: SyntheticBank, count: int) -> dict[str, tuple[list[Any], Any]]:
-    """Contiguous slices of a generated bank; references across slices are dropped."""
-    n = len(bank.memories)
-    per = -(-n // count)
-    out: dict[str, tuple[list[Any], Any]] = {}
-    for k in range(count):
-        part = bank.memories[k * per : (k + 1) * per]
-        if not part:
-            break
-        inside = {m.id for m in part}
-        kept = [replace(m, causes=tuple(c for c in m.causes if c in inside),
-                        source_ids=tuple(s for s in m.source_ids if s in inside)) for m in part]
-        out[f"bank-{k:05d}"] = (kept, bank.vectors[k * per : (k + 1) * per])
-    return out
 
 
 async def _planning(engine: Any, bank_id: str, vector: list[float]) -> dict[str, float]:

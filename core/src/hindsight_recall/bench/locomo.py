@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..retain.memories import read_jsonl
+from ..jsonl import read_jsonl
 from ..store import banks
+from ..testing.scores import ALL_KS as ALL_KS
+from ..testing.scores import KS as KS
+from ..testing.scores import score_query as score_query  # re-exported: how bench recall scores a query
 from ._bm25 import Okapi
 
-KS = (1, 5, 10)
-ALL_KS = (5, 10)
 #: ``--per-arm`` ablations: fused recall without one stage, as setting changes of the engine's settings
 ABLATIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "untraced": lambda s: {},  # the default again, without the trace: the latency users see
@@ -28,19 +29,6 @@ ABLATIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "without:graph": lambda s: {"enable_graph_retrieval": False},
     "without:temporal": lambda s: {"enable_temporal_retrieval": False},
 }
-
-
-def score_query(evidence: Sequence[str], ranked: Sequence[str]) -> dict[str, float]:
-    """hit_any@k, hit_all@k and reciprocal rank of the first evidence id, for one query."""
-    wanted = set(evidence)
-    row: dict[str, float] = {}
-    for k in KS:
-        got = len(wanted & set(ranked[:k]))
-        row[f"hit_any@{k}"] = 1.0 if got else 0.0
-        if k in ALL_KS:
-            row[f"hit_all@{k}"] = 1.0 if got == len(wanted) else 0.0
-    row["mrr"] = next((1.0 / i for i, x in enumerate(ranked, start=1) if x in wanted), 0.0)
-    return row
 
 
 def summarise(rows_by_category: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:

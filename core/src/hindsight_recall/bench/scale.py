@@ -148,7 +148,8 @@ async def run_scale(options: ScaleOptions, echo: Callable[[str], None] = print,
         :func:`~hindsight_recall.settings.load_settings`).
     :raises ValueError: the options cannot run (see :meth:`ScaleOptions.check`).
     """
-    from ..settings import load_settings, redact
+    from ..errors import redact
+    from ..settings import load_settings
     from ._report import comparison, markdown, plot, plot_comparison
 
     options.check()

@@ -317,7 +317,7 @@ async def _wait_healthy(client: Any, server: subprocess.Popen[bytes], timeout: f
 
 
 def _memories(objs: list[dict[str, Any]]) -> list[Any]:
-    from ..retain.memories import parse_memory
+    from ..jsonl import parse_memory
 
     return [parse_memory(o, i)[1] for i, o in enumerate(objs, start=1)]
 

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BankNotFound
 from ..llm.errors import LLMOutputError
@@ -26,14 +26,29 @@ from .answer import Answer, check_response_schema, read_reply
 from .prompt import first_request, repair_request
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..plugins import PluginManager
     from ..protocols import LLMProvider
+    from ..settings import Settings
+    from ..store.db import Database
 
 #: tokens of memories the prompt holds (the recall's max_tokens); reflect's own max_tokens bounds the reply
 RECALL_TOKENS = 4096
 #: the fields of a cited memory in ``based_on.memories`` (upstream's ReflectFact)
 FACT_FIELDS = ("id", "text", "type", "context", "occurred_start", "occurred_end", "mentioned_at", "document_id",
                "chunk_id", "tags", "metadata")
+
+
+class Engine(Protocol):
+    """What reflect uses of an engine: its settings and plugins (the chat model), its database (the bank's
+    profile and directives) and recall. :class:`hindsight_recall.engine.Engine` is one."""
+
+    settings: Settings
+    plugins: PluginManager
+    db: Database
+
+    async def recall(self, bank_id: str, query: str, **options: Any) -> dict[str, Any]:
+        """Recall ``query`` from the bank, in upstream's RecallResponse shape."""
+        ...
 
 
 @dataclass

@@ -14,40 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import RetainError
 from ..store._bincopy import bank_column, copy_columns, driver_connection
 from ..store.chunks import escape_part
+from ..store.ids import entity_id as entity_id  # re-exported: the ids are part of the retain API
+from ..store.ids import id_name as id_name
+from ..store.ids import unit_id as unit_id
 from ..store.schema import of_document
 from ..types import Memory
 from ._array_inserts import insert_pairs
 
-_NAMESPACE = uuid.UUID("6f1c7a52-3d55-4c1e-9a0f-2f6b7f1d9e11")
 #: Rows inserted from bound arrays are joined to their bank's row: on Citus the insert is then planned on
 #: the bank's shard as one command (from the arrays alone, the coordinator would first ship the rows
 #: into an intermediate result, and commit in two phases).
 _BANK_AND = "banks b CROSS JOIN"
-
-
-#: characters that make a joined name ambiguous; names holding one are length-prefixed instead
-_SEPARATORS = frozenset("\x1e\x1f")
-
-
-def id_name(kind: str, bank_id: str, key: str) -> str:
-    """The name hashed into a row id: unambiguous for every bank and key.
-
-    Names free of the separators keep the joined form ids always had, so stored rows keep their ids;
-    any other name is ``\\x1e`` plus a length-prefixed encoding, which no joined form starts with.
-    """
-    if _SEPARATORS.isdisjoint(bank_id) and _SEPARATORS.isdisjoint(key):
-        return f"{bank_id}\x1f{key}" if kind == "unit" else f"{bank_id}\x1f{kind}\x1f{key}"
-    return "\x1e" + "".join(f"{len(part)}:{part}" for part in (kind, bank_id, key))
-
-
-def unit_id(bank_id: str, memory_id: str) -> uuid.UUID:
-    """The stable row id of a caller's memory id within a bank."""
-    return uuid.uuid5(_NAMESPACE, id_name("unit", bank_id, memory_id))
-
-
-def entity_id(bank_id: str, name: str) -> uuid.UUID:
-    """Entities are unique per bank, case-insensitively."""
-    return uuid.uuid5(_NAMESPACE, id_name("entity", bank_id, name.casefold()))
 
 
 async def check_references(

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from sqlalchemy import text
@@ -39,10 +39,30 @@ from ._rows import (
     write_entities,
     write_sources,
 )
+from ._stats import RetainStats
 from .links import Links, causal_links, copy_links, count_bound, existing_bank_links, semantic_pairs, uuid_keys
 
 if TYPE_CHECKING:
-    from .ingest import Ingestor, RetainStats
+    from ..protocols import EmbeddingProvider, TextSearchBackend
+    from ..settings import Settings
+    from ..store.db import Database
+    from ..tokens import TokenCounter
+
+
+class Writer(Protocol):
+    """What a transaction writes with: the :class:`~.ingest.Ingestor` that opened it."""
+
+    db: Database
+    embedder: EmbeddingProvider
+    backend: TextSearchBackend
+    settings: Settings
+    #: the backend's own bound parameters, bound in every write
+    backend_params: dict[str, Any]
+
+    @property
+    def tokens(self) -> TokenCounter:
+        """The recall packer's tokenizer."""
+        ...
 
 _STAGE_COLUMNS = (
     "id uuid, bank_id text, external_id text, fact_type text, text text, context text, embedding vector, "
@@ -83,7 +103,7 @@ class Transaction:
     :param banks: the banks whose locks the transaction holds: the only ones it may write into.
     """
 
-    def __init__(self, ingestor: Ingestor, conn: AsyncConnection, stats: RetainStats, banks: Collection[str]) -> None:
+    def __init__(self, ingestor: Writer, conn: AsyncConnection, stats: RetainStats, banks: Collection[str]) -> None:
         self.ingestor, self.conn, self.stats = ingestor, conn, stats
         self.banks = frozenset(banks)
         #: the slots the writes placed banks in (their indexes are built after the commit)

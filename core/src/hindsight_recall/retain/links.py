@@ -114,9 +114,7 @@ async def set_index_search(conn: AsyncConnection) -> None:
     On Citus a ``SET LOCAL`` made before the transaction's first command travels to the worker with
     its ``BEGIN``; made later, each costs a command of its own.
     """
-    from ..recall.arms._ann import set_local  # late: retain rarely asks the index
-
-    await conn.exec_driver_sql(set_local({"hnsw.ef_search": str(SEMANTIC_NEIGHBOURS * 2),
+    await conn.exec_driver_sql(ann.set_local({"hnsw.ef_search": str(SEMANTIC_NEIGHBOURS * 2),
                                           "hnsw.iterative_scan": "strict_order"}))
 
 

@@ -10,8 +10,6 @@ While the listening connection is down the map is not trusted: each request then
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 from urllib.parse import quote
@@ -20,9 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..engine.aliases import AliasResolver as AliasResolver  # re-exported: what AliasRouting asks
 from ..errors import InvalidRequest
-from ..store import aliases
-from ..store.db import Database
 from .base import bank_of, body_of, endpoint, engine_of
 from .errors import ServiceError
 from .ops import ASGIApp, Message, Receive, Scope, Send
@@ -33,65 +30,6 @@ log = logging.getLogger("hindsight_recall.service")
 
 #: the path every bank-scoped route starts with, split on "/": ["", "v1", "default", "banks", id, ...]
 BANKS_PREFIX = "/v1/default/banks/"
-#: seconds between attempts to listen again after the connection was lost
-RELISTEN_SECONDS = 1.0
-
-
-class AliasResolver:
-    """Aliased bank id -> the bank's id, from a map kept current by notifications (see the module)."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        #: alias -> bank; None while no listening connection vouches for it
-        self.names: dict[str, str] | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def resolve(self, bank_id: str) -> str:
-        if self._task is None:
-            self._task = asyncio.create_task(self._listen())
-        names = self.names
-        if names is not None:
-            return names.get(bank_id, bank_id)
-        async with self.db.connect() as conn:
-            return await aliases.resolve(conn, bank_id)
-
-    async def refresh(self) -> None:
-        """Reload the map now (after this process changed it: its own notification may come later)."""
-        if self.names is not None:
-            self.names = await self._load()
-
-    async def _load(self) -> dict[str, str]:
-        async with self.db.connect() as conn:
-            return await aliases.alias_map(conn)
-
-    async def _listen(self) -> None:
-        import psycopg  # late: only a serving process listens
-        from sqlalchemy.engine import make_url
-
-        url = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                    await conn.execute(f"LISTEN {aliases.CHANNEL}")
-                    # loaded after LISTEN: a change committed from here on is also notified
-                    self.names = await self._load()
-                    async for _ in conn.notifies():
-                        self.names = await self._load()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("alias notifications lost (%s); looking aliases up per request until they are back", exc)
-            self.names = None
-            await asyncio.sleep(RELISTEN_SECONDS)
-
-    async def close(self) -> None:
-        task, self._task, self.names = self._task, None, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-
-
 class AliasRouting:
     """ASGI step between the guard and the routes: a bank path naming an alias is rewritten to its bank.
 
@@ -137,22 +75,22 @@ def _answer(request: Request, bank_id: str, listed: list[dict[str, Any]], status
 
 
 async def _aliases_after(request: Request, change: Any, status: int = 200) -> Response:
-    """Run ``change(conn, bank_id)`` (None when nothing is to change) and answer with the bank's aliases."""
+    """Run ``change(bank_id)`` (an engine call; None when nothing is to change) and answer with the bank's
+    aliases."""
     bank_id = bank_of(request)
-    async with engine_of(request).db.connect() as conn:
-        if change is not None:
-            try:
-                done = await change(conn, bank_id)
-            except InvalidRequest as exc:
-                if exc.status == 409:
-                    raise ServiceError(409, "alias_taken", str(exc)) from None
-                raise
-            if done is False:
-                alias = request.path_params["alias"]
-                raise ServiceError(404, "alias_not_found", f"Bank '{bank_id}' has no alias '{alias}'")
-        else:
-            await aliases.require_bank(conn, bank_id)
-        listed = await aliases.list_aliases(conn, bank_id)
+    parts = engine_of(request).aliases
+    if change is None:
+        listed = await parts.of(bank_id)
+    else:
+        try:
+            done, listed = await change(parts, bank_id)
+        except InvalidRequest as exc:
+            if exc.status == 409:
+                raise ServiceError(409, "alias_taken", str(exc)) from None
+            raise
+        if done is False:
+            alias = request.path_params["alias"]
+            raise ServiceError(404, "alias_not_found", f"Bank '{bank_id}' has no alias '{alias}'")
     return _answer(request, bank_id, listed, status)
 
 
@@ -165,20 +103,20 @@ async def list_aliases(request: Request) -> Response:
 async def create_alias(request: Request) -> Response:
     body: CreateAliasBody = await body_of(request, CreateAliasBody)
     return await _aliases_after(
-        request, lambda conn, bank: aliases.create_alias(conn, bank, body.alias, primary=body.primary), 201)
+        request, lambda parts, bank: parts.create(bank, body.alias, primary=body.primary), 201)
 
 
 @endpoint
 async def set_alias_primary(request: Request) -> Response:
     body: SetAliasPrimaryBody = await body_of(request, SetAliasPrimaryBody)
     alias = request.path_params["alias"]
-    return await _aliases_after(request, lambda conn, bank: aliases.set_primary(conn, bank, alias, body.primary))
+    return await _aliases_after(request, lambda parts, bank: parts.set_primary(bank, alias, body.primary))
 
 
 @endpoint
 async def delete_alias(request: Request) -> Response:
     alias = request.path_params["alias"]
-    return await _aliases_after(request, lambda conn, bank: aliases.delete_alias(conn, bank, alias))
+    return await _aliases_after(request, lambda parts, bank: parts.delete(bank, alias))
 
 
 def routes(banks_path: str) -> list[Route]:

@@ -21,11 +21,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import Engine
+from ..errors import redact
 from ..reflect import close_reflector
-from ..settings import Settings, load_settings, redact
-from .aliases import AliasResolver, AliasRouting
+from ..settings import Settings, load_settings
+from .aliases import AliasRouting
 from .audit import AuditLog
 from .console import console_routes
+from .console.auth import is_console_path
 from .errors import http_error
 from .metrics import ServiceMetrics
 from .ops import Guard, ServiceState
@@ -116,7 +118,7 @@ def create_app(settings: Settings | None = None) -> Any:
     # against the start-up
     engine = Engine(settings, warm_date_finder=False)
     state = ServiceState()
-    resolver = AliasResolver(engine.db)
+    resolver = engine.aliases.resolver()
     service_metrics = ServiceMetrics()
     service_metrics.watch_pool(engine)
     routes: list[Any] = [
@@ -160,7 +162,8 @@ def create_app(settings: Settings | None = None) -> Any:
     app.state.worker = worker
     app.state.mcp = True
     state.routes = [r for r in app.routes if isinstance(r, Route)]
-    return Guard(AliasRouting(AuditLog(app, engine, "http"), resolver), settings, state, service_metrics)
+    return Guard(AliasRouting(AuditLog(app, engine, "http"), resolver), settings, state, service_metrics,
+                 console=is_console_path)
 
 
 async def _work(loading: asyncio.Task[None], state: ServiceState, worker: Worker) -> None:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from ..engine import Engine
 from ..errors import RetainError
-from ..retain.memories import parse_datetime
+from ..jsonl import parse_datetime
 from ..settings import Settings
 from ..store import banks, operations
 from ..store.db import database_errors

@@ -25,8 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from ..engine import Engine
-from ..store import audit
-from ..store.db import database_errors
+from ..engine.audit import PERIODS
 from ._params import bounded_int, date_query, path_text
 from .base import bank_of, choice_query, endpoint, engine_of, text_query
 from .errors import ServiceError
@@ -175,18 +174,15 @@ class AuditLog:
 
     async def _record(self, entry: dict[str, Any]) -> None:
         try:
-            async with self.engine.db.connect() as conn:
-                await audit.record(conn, entry)
+            await self.engine.audit.record(entry)
         except Exception as exc:  # the write itself is done; losing its record is logged, not answered
             log.warning("recording %s of bank %s in the audit log failed: %s", entry["action"], entry["bank_id"], exc)
 
 
 async def _known_bank(request: Request) -> str:
     bank_id = bank_of(request)
-    with database_errors("read the audit log"):
-        async with engine_of(request).db.connect() as conn:
-            if not await audit.known(conn, bank_id):
-                raise ServiceError(404, "bank_not_found", f"Bank '{bank_id}' not found")
+    if not await engine_of(request).audit.known(bank_id):
+        raise ServiceError(404, "bank_not_found", f"Bank '{bank_id}' not found")
     return bank_id
 
 
@@ -199,8 +195,7 @@ async def list_audit_logs(request: Request) -> Response:
         start=date_query(request, "start_date"), end=date_query(request, "end_date"),
         limit=bounded_int(request, "limit", 50, minimum=1, maximum=500), offset=bounded_int(request, "offset", 0))
     bank_id = await _known_bank(request)
-    async with engine_of(request).db.connect() as conn:
-        items, total = await audit.page(conn, bank_id, **options)
+    items, total = await engine_of(request).audit.page(bank_id, **options)
     return answer(request, "AuditLogListResponse", {"bank_id": bank_id, "total": total, "limit": options["limit"],
                                                     "offset": options["offset"], "items": items})
 
@@ -210,11 +205,10 @@ async def audit_log_stats(request: Request) -> Response:
     """Entries per UTC day and action over ``period`` (``1d``, ``7d``, ``30d``); another period reads as 7d."""
     action = text_query(request, "action", max_chars=100)
     period = text_query(request, "period") or "7d"
-    period = period if period in audit.PERIODS else "7d"
+    period = period if period in PERIODS else "7d"
     bank_id = await _known_bank(request)
-    start = datetime.now(UTC) - audit.PERIODS[period]
-    async with engine_of(request).db.connect() as conn:
-        buckets = await audit.stats(conn, bank_id, action=action, start=start)
+    start = datetime.now(UTC) - PERIODS[period]
+    buckets = await engine_of(request).audit.stats(bank_id, action=action, start=start)
     return answer(request, "AuditLogStatsResponse", {"bank_id": bank_id, "period": period, "trunc": "day",
                                                      "start": start.isoformat(), "buckets": buckets})
 
@@ -230,8 +224,7 @@ async def get_audit_log(request: Request) -> Response:
         log_id = None
     found = None
     if log_id is not None:
-        async with engine_of(request).db.connect() as conn:
-            found = await audit.get(conn, bank_id, log_id)
+        found = await engine_of(request).audit.get(bank_id, log_id)
     if found is None:
         raise ServiceError(404, "audit_log_not_found", f"Audit log entry '{raw}' not found")
     return answer(request, "AuditLogEntry", found)

@@ -10,10 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
+from ..engine.directives import MATCHES
 from ..limits import INT32_MAX, unicode_problem
-from ..store import banks, directives
-from ..store.db import database_errors
 from ._params import bounded_int, path_text
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, flag_query, texts_query
 from .errors import ServiceError
@@ -75,16 +73,12 @@ async def list_directives(request: Request) -> Response:
     """Highest priority first; ``tags`` selects a scope (untagged directives are in every scope)."""
     bank_id = bank_of(request)
     tags = texts_query(request, "tags")
-    tags_match = choice_query(request, "tags_match", tuple(directives.MATCHES), "any") or "any"
+    tags_match = choice_query(request, "tags_match", MATCHES, "any") or "any"
     active_only = flag_query(request, "active_only", default=True)
     limit = bounded_int(request, "limit", 100, minimum=1, maximum=1000)
     offset = bounded_int(request, "offset", 0)
-    with database_errors("list directives"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            items, total = await directives.page(conn, bank_id, tags=tags, tags_match=tags_match,
-                                                 active_only=active_only, limit=limit, offset=offset)
+    items, total = await engine_of(request).directives.page(bank_id, tags=tags, tags_match=tags_match,
+                                                            active_only=active_only, limit=limit, offset=offset)
     return answer(request, "DirectiveListResponse", {"items": items, "total": total, "limit": limit,
                                                      "offset": offset})
 
@@ -95,19 +89,14 @@ async def create_directive(request: Request) -> Response:
     bank_id = bank_of(request)
     body: CreateDirectiveBody = await body_of(request, CreateDirectiveBody)
     fields = {**body.model_dump(), "tags": _tags(body.tags)}
-    with database_errors("create directive"):
-        async with engine_of(request).db.connect() as conn:
-            await banks.ensure_bank(conn, bank_id)
-            created = await directives.create(conn, bank_id, fields)
+    created = await engine_of(request).directives.create(bank_id, fields)
     return answer(request, "DirectiveResponse", created)
 
 
 @endpoint
 async def get_directive(request: Request) -> Response:
     bank_id, directive_id = bank_of(request), _directive_id(request)
-    with database_errors("get directive"):
-        async with engine_of(request).db.connect() as conn:
-            found = await directives.get(conn, bank_id, directive_id)
+    found = await engine_of(request).directives.get(bank_id, directive_id)
     if found is None:
         raise _not_found(directive_id)
     return answer(request, "DirectiveResponse", found)
@@ -120,9 +109,7 @@ async def update_directive(request: Request) -> Response:
     changes = body.model_dump(exclude_none=True)
     if "tags" in changes:
         changes["tags"] = _tags(changes["tags"])
-    with database_errors("update directive"):
-        async with engine_of(request).db.connect() as conn:
-            updated = await directives.update(conn, bank_id, directive_id, changes)
+    updated = await engine_of(request).directives.update(bank_id, directive_id, changes)
     if updated is None:
         raise _not_found(directive_id)
     return answer(request, "DirectiveResponse", updated)
@@ -131,9 +118,7 @@ async def update_directive(request: Request) -> Response:
 @endpoint
 async def delete_directive(request: Request) -> Response:
     bank_id, directive_id = bank_of(request), _directive_id(request)
-    with database_errors("delete directive"):
-        async with engine_of(request).db.connect() as conn:
-            deleted = await directives.delete(conn, bank_id, directive_id)
+    deleted = await engine_of(request).directives.delete(bank_id, directive_id)
     if not deleted:
         raise _not_found(directive_id)
     return answer(request, None, {"status": "deleted"})

@@ -9,10 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
 from ..limits import INT32_MAX
-from ..store import banks, entities
-from ..store.db import database_errors
 from ._params import bounded_int, path_text, tags_match_query, tags_query
 from .base import bank_of, endpoint, engine_of, text_query
 from .errors import ServiceError
@@ -29,12 +26,8 @@ async def list_entities(request: Request) -> Response:
     search, tags = text_query(request, "q"), tags_query(request)
     tags_match = tags_match_query(request, "any")
     limit, offset = bounded_int(request, "limit", 100, maximum=MAX_PAGE), bounded_int(request, "offset", 0)
-    with database_errors("list entities"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            page = await entities.list_entities(conn, bank_id, search=search, tags=tags, tags_match=tags_match,
-                                                limit=limit, offset=offset)
+    page = await engine_of(request).entities.page(bank_id, search=search, tags=tags, tags_match=tags_match,
+                                                  limit=limit, offset=offset)
     return answer(request, "EntityListResponse", page)
 
 
@@ -49,10 +42,8 @@ async def get_entity(request: Request) -> Response:
         raise ServiceError(400, "invalid_request", f"entity_id: {raw[:60]!r} is not a valid UUID") from None
     tags, tags_match = tags_query(request), tags_match_query(request, "any")
     limit = bounded_int(request, "limit", 100, maximum=MAX_PAGE)
-    with database_errors("get entity"):
-        async with engine_of(request).db.connect() as conn:
-            found = await entities.get_entity(conn, bank_id, entity_id, tags=tags, tags_match=tags_match,
-                                              memories=limit)
+    found = await engine_of(request).entities.get(bank_id, entity_id, tags=tags, tags_match=tags_match,
+                                                  memories=limit)
     if found is None:
         raise ServiceError(404, "entity_not_found", f"Entity {raw} not found")
     return answer(request, "EntityDetailResponse", found)
@@ -64,12 +55,8 @@ async def entity_graph(request: Request) -> Response:
     limit = bounded_int(request, "limit", 1000, maximum=MAX_PAGE)
     min_count = bounded_int(request, "min_count", 1, minimum=-INT32_MAX, maximum=INT32_MAX)
     tags, tags_match = tags_query(request), tags_match_query(request, "any")
-    with database_errors("entity graph"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            graph = await entities.entity_graph(conn, bank_id, limit=limit, min_count=min_count, tags=tags,
-                                                tags_match=tags_match)
+    graph = await engine_of(request).entities.graph(bank_id, limit=limit, min_count=min_count, tags=tags,
+                                                    tags_match=tags_match)
     return answer(request, "EntityGraphResponse", graph)
 
 

@@ -26,8 +26,8 @@ from ..errors import (
     RecallError,
     RecallTimeout,
     RetainError,
+    redact,
 )
-from ..settings import redact
 from .wire import wants_extras
 
 log = logging.getLogger("hindsight_recall.service")

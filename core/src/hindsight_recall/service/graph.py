@@ -11,11 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
+from ..engine.graph import MAX_EDGES, GraphPage
 from ..recall.arms.temporal import NEIGHBOUR_HOURS, NEIGHBOURS_PER_SIDE, neighbour_weight
-from ..store import banks
-from ..store.db import database_errors
-from ..store.graph import MAX_EDGES, GraphPage, graph_page
 from ..types import FACT_TYPES
 from ._params import bounded_int, tags_match_query, tags_query
 from .base import bank_of, choice_query, endpoint, engine_of, text_query
@@ -162,11 +159,7 @@ async def get_graph(request: Request) -> Response:
         document_id=text_query(request, "document_id"), chunk_id=text_query(request, "chunk_id"),
         limit=bounded_int(request, "limit", 1000, maximum=MAX_NODES),
     )
-    with database_errors("graph"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            page = await graph_page(conn, bank_id, **options)
+    page = await engine_of(request).graph.page(bank_id, **options)
     return answer(request, "GraphDataResponse", assemble(page, options["limit"]))
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import RetainError
-from ..retain.memories import parse_datetime
+from ..jsonl import parse_datetime
 from ..types import Memory
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, MemoryItem, RetainBody

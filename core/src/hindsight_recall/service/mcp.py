@@ -53,7 +53,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from ..errors import BankNotFound, RetainError
-from ..retain.memories import parse_memory
+from ..jsonl import parse_memory
 from ..types import Budget, FactType, Memory, TagsMatch
 from . import mcp_tools
 from .aliases import AliasResolver
@@ -188,8 +188,7 @@ def _log_failure(opening: asyncio.Future[Engine]) -> None:
     """Say on stderr why the engine did not open (every tool call answers with the same message)."""
     error = None if opening.cancelled() else opening.exception()
     if error is not None:
-        from ..errors import describe_error
-        from ..settings import redact
+        from ..errors import describe_error, redact
 
         log.error("the engine did not open: %s", describe_error(error) or redact(f"{type(error).__name__}: {error}"))
 
@@ -202,7 +201,7 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
         the caller opens it before the first tool call and closes it after the last.
     :param aliases: the bank aliases the tools resolve (default: a resolver of the server's own).
     """
-    aliases = aliases or AliasResolver(engine.db)
+    aliases = aliases or engine.aliases.resolver()
     slot = _EngineSlot(engine, owned, aliases)
     server: MCPServer[Any] = MCPServer(
         "hindsight-recall", version=version("hindsight-recall"), instructions=INSTRUCTIONS,
@@ -377,7 +376,7 @@ def mcp_app(engine: Engine, *, host: str = "127.0.0.1", max_request_bytes: int =
         when :meth:`McpHttpApp.running` ends).
     """
     own = aliases is None
-    aliases = aliases or AliasResolver(engine.db)
+    aliases = aliases or engine.aliases.resolver()
     return McpHttpApp(build_server(engine, aliases=aliases), host, max_request_bytes, aliases if own else None)
 
 

@@ -14,9 +14,9 @@ from starlette.routing import Route
 
 from ..engine import Engine
 from ..errors import BankNotFound, DocumentChanged, QueryTooLong, RetainError
+from ..jsonl import parse_datetime, parse_memory
 from ..limits import key_problem
 from ..recall.trace import phase_sink
-from ..retain.memories import parse_datetime, parse_memory
 from ..store import banks, invalidated, listing
 from ..types import FACT_TYPES, Memory, TagsMatch
 from . import async_retain, webhook_delivery

@@ -11,9 +11,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks, observations
-from ..store.db import database_errors
 from ._params import bounded_int, path_text
 from .base import bank_of, endpoint, engine_of
 from .errors import ServiceError
@@ -34,9 +31,7 @@ async def clear_memory_observations(request: Request) -> Response:
     """Delete the observations built on one memory (those that name it among their sources)."""
     bank_id, memory_id = bank_of(request), path_text(request, "memory_id")
     engine = engine_of(request)
-    with database_errors("clear a memory's observations"):
-        async with engine.db.connect() as conn:
-            found = await observations.built_on(conn, bank_id, memory_id)
+    found = await engine.observations.built_on(bank_id, memory_id)
     if found is None:
         raise ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
     deleted = await engine.forget(bank_id, found) if found else 0
@@ -49,11 +44,7 @@ async def observation_scopes(request: Request) -> Response:
     many carry it, most first; 404 for an unknown bank."""
     bank_id = bank_of(request)
     limit, offset = bounded_int(request, "limit", 100, maximum=1000), bounded_int(request, "offset", 0)
-    with database_errors("observation scopes"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            scopes, total = await observations.scopes(conn, bank_id, limit, offset)
+    scopes, total = await engine_of(request).observations.scopes(bank_id, limit, offset)
     return answer(request, "ObservationScopesResponse", {"scopes": scopes, "total": total, "limit": limit,
                                                          "offset": offset})
 

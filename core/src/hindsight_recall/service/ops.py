@@ -16,7 +16,6 @@ from typing import Any
 from starlette.routing import Match, Route
 
 from ..settings import Settings
-from .console.auth import is_console_path
 from .errors import ServiceError, error_response, respond_to
 from .metrics import ServiceMetrics
 
@@ -71,7 +70,8 @@ class Admission:
 class Guard:
     """The outermost layer of the service (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, state: ServiceState, metrics: ServiceMetrics) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, state: ServiceState, metrics: ServiceMetrics,
+                 console: Callable[[str], bool] | None = None) -> None:
         self.app, self.state, self.metrics = app, state, metrics
         key = settings.service_api_key.get_secret_value() if settings.service_api_key else ""
         self.expected = f"Bearer {key}".encode() if key else b""
@@ -80,8 +80,9 @@ class Guard:
         self.timeout = settings.service_request_timeout or None
         self.log_format = settings.service_access_log
         self.retry_after = str(max(settings.service_retry_after, 1))
-        # the console checks the key itself: the header, or the cookie its login form sets
-        self.console = settings.console_enabled
+        # the console (the paths ``console`` accepts) checks the key itself: the header, or the cookie its
+        # login form sets
+        self.console = console if settings.console_enabled else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -136,7 +137,7 @@ class Guard:
         path = scope["path"]
         if path in PROBES:
             return None
-        console = self.console and is_console_path(path)
+        console = self.console is not None and self.console(path)
         if self.expected and not console and not hmac.compare_digest(
                 dict(scope["headers"]).get(b"authorization", b""), self.expected):
             return ServiceError(401, "unauthorized", "missing or wrong API key: send 'Authorization: Bearer <key>' "

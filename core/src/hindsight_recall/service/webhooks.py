@@ -16,9 +16,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks, webhooks
-from ..store.db import database_errors
 from ._params import bounded_int, path_text
 from .base import bank_of, body_of, endpoint, engine_of, text_query
 from .errors import ServiceError
@@ -92,11 +89,8 @@ async def create_webhook(request: Request) -> Response:
     body: CreateWebhookBody = await body_of(request, CreateWebhookBody)
     engine = engine_of(request)
     check_url(body.url, engine.settings)
-    with database_errors("register webhook"):
-        async with engine.db.connect() as conn:
-            await banks.ensure_bank(conn, bank_id)
-            made = await webhooks.create(conn, bank_id, {**body.model_dump(), "event_types": list(
-                dict.fromkeys(body.event_types))})
+    made = await engine.webhooks.create(bank_id, {**body.model_dump(), "event_types": list(
+        dict.fromkeys(body.event_types))})
     return answer(request, "WebhookResponse", _answered(made), 201)
 
 
@@ -104,11 +98,7 @@ async def create_webhook(request: Request) -> Response:
 async def list_webhooks(request: Request) -> Response:
     bank_id = bank_of(request)
     limit, offset = bounded_int(request, "limit", 100, maximum=1000), bounded_int(request, "offset", 0)
-    with database_errors("list webhooks"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            found, total = await webhooks.page(conn, bank_id, limit, offset)
+    found, total = await engine_of(request).webhooks.page(bank_id, limit, offset)
     return answer(request, "WebhookListResponse", {"items": [_answered(w) for w in found], "total": total,
                                                    "limit": limit, "offset": offset})
 
@@ -128,9 +118,7 @@ async def update_webhook(request: Request) -> Response:
         check_url(changes["url"], engine.settings)
     if "http_config" in changes:
         changes["http_config"] = body.http_config.model_dump() if body.http_config else None
-    with database_errors("update webhook"):
-        async with engine.db.connect() as conn:
-            updated = await webhooks.update(conn, bank_id, webhook_id, changes)
+    updated = await engine.webhooks.update(bank_id, webhook_id, changes)
     if updated is None:
         raise _not_found()
     return answer(request, "WebhookResponse", _answered(updated))
@@ -139,10 +127,8 @@ async def update_webhook(request: Request) -> Response:
 @endpoint
 async def delete_webhook(request: Request) -> Response:
     bank_id, webhook_id = bank_of(request), _webhook_id(request)
-    with database_errors("delete webhook"):
-        async with engine_of(request).db.connect() as conn:
-            if not await webhooks.delete(conn, bank_id, webhook_id):
-                raise _not_found()
+    if not await engine_of(request).webhooks.delete(bank_id, webhook_id):
+        raise _not_found()
     return answer(request, "DeleteResponse", {"success": True})
 
 
@@ -176,11 +162,9 @@ async def list_deliveries(request: Request) -> Response:
             before = datetime.fromisoformat(cursor.replace("Z", "+00:00"))
         except ValueError:
             raise ServiceError(400, "invalid_request", f"cursor: {cursor!r} is not a next_cursor") from None
-    with database_errors("list webhook deliveries"):
-        async with engine_of(request).db.connect() as conn:
-            if await webhooks.get(conn, bank_id, webhook_id) is None:
-                raise _not_found()
-            rows = await webhooks.deliveries(conn, bank_id, webhook_id, limit, before)
+    rows = await engine_of(request).webhooks.deliveries(bank_id, webhook_id, limit, before)
+    if rows is None:
+        raise _not_found()
     page = rows[:limit]
     more = len(rows) > limit
     return answer(request, "WebhookDeliveryListResponse", {

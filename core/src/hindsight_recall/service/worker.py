@@ -27,8 +27,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..engine import Engine
-from ..errors import describe_error
-from ..settings import redact
+from ..errors import describe_error, redact
 from ..store import operations
 from . import async_retain, webhook_delivery
 from .errors import classify

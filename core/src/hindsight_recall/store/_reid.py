@@ -2,7 +2,7 @@
 
 Ids were hashes of names joined by ``\\x1f``, so a bank or memory id holding that character could
 share an id with another bank's row. Such rows get the length-prefixed ids of
-:func:`~hindsight_recall.retain._rows.id_name`, and every reference to them follows; entity pairs that
+:func:`~hindsight_recall.store.ids.id_name`, and every reference to them follows; entity pairs that
 point at another bank's entity move to an entity of their own bank. Other rows keep their ids.
 """
 
@@ -13,14 +13,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .ids import entity_id, unit_id
+
 #: a regular expression for the separators, bound as a value
 _SEPARATOR_CLASS = "[\x1e\x1f]"
 
 
 async def reid_ambiguous(conn: AsyncConnection) -> None:
     """Re-id memories and entities whose names hold a separator; repoint every reference."""
-    from ..retain._rows import entity_id, unit_id  # late: retain builds on store
-
     rows = await conn.execute(text(
         "SELECT id, bank_id, external_id FROM memory_units WHERE bank_id ~ :sep OR external_id ~ :sep"
     ), {"sep": _SEPARATOR_CLASS})

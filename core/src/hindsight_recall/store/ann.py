@@ -56,6 +56,25 @@ _SLOT_INDEX = re.compile(r"^idx_mu_slot([0-9]+)_")
 TURN_POLL_SECONDS = 0.2
 
 
+#: what a setting's name and value may hold: they are inlined, as SET takes no parameters
+_PLAIN = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
+def set_local(wanted: Mapping[str, str]) -> str:
+    """``SET LOCAL`` statements for the settings, in one string (one round trip).
+
+    ``SET LOCAL`` rather than ``set_config``: Citus passes ``SET LOCAL`` on to the workers that run
+    the transaction's statements (``citus.propagate_set_commands = local``), and a function call not.
+
+    :raises ValueError: a name or value that is not a plain word or number.
+    """
+    for name, value in wanted.items():
+        if not (_PLAIN.match(name) and _PLAIN.match(value)):
+            raise ValueError(f"not a plain setting: {name}={value!r}")
+    return "; ".join(f"SET LOCAL {name} = '{value}'" for name, value in wanted.items())
+
+
+
 def slot_indexes(slot: int) -> dict[str, str]:
     """The slot's HNSW indexes, one per fact type: name -> ``CREATE INDEX`` body."""
     n = int(slot)

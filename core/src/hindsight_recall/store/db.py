@@ -17,8 +17,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ..errors import DatabaseError, PoolExhausted
-from ..settings import Settings, redact
+from ..errors import DatabaseError, PoolExhausted, db_message, redact
+from ..settings import Settings
 from . import embedded
 from .citus import has_citus
 
@@ -53,13 +53,6 @@ def is_retryable(exc: BaseException) -> bool:
         return state.startswith("08") or state in RETRYABLE_SQLSTATES
     # No SQLSTATE: the driver itself found the connection gone (closed socket, server exited).
     return invalidated or isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
-
-
-def db_message(exc: BaseException) -> str:
-    """The first line of the driver's message (not SQLAlchemy's SQL echo), credentials redacted."""
-    orig = getattr(exc, "orig", None) or exc
-    text = str(orig).strip()
-    return redact(text.splitlines()[0]) if text else type(orig).__name__
 
 
 #: SQLSTATE -> what to do, for errors a caller can meet through no fault of the request.

@@ -16,8 +16,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..protocols import TextSearchBackend
-from ..recall.filters import tag_filter
 from . import banks
+from .filters import tag_filter
 from .schema import of_document
 
 #: the time axes a document listing filters and orders by

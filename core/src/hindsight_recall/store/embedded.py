@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import DatabaseError
+from ..settings import sized_settings as sized_settings  # the sizing lives with the settings it feeds
 
 log = logging.getLogger(__name__)
 
@@ -166,36 +167,6 @@ def _release_all() -> None:
 
 
 atexit.register(_release_all)
-
-
-# -- server sizing --------------------------------------------------------------------------------
-
-def sized_settings(memory_bytes: int | None = None) -> dict[str, str]:
-    """PostgreSQL memory settings sized to the machine (PostgreSQL's defaults fit 1990s machines).
-
-    ``shared_buffers`` a quarter of RAM up to 4 GB; ``effective_cache_size`` half of RAM;
-    ``work_mem`` RAM/512 within 4-64 MB (per sort, per connection); ``maintenance_work_mem``
-    RAM/16 within 64 MB-2 GB (HNSW builds run much faster when the graph fits).
-    """
-    total = memory_bytes if memory_bytes is not None else _memory_bytes()
-    mb = max(total // 2**20, 512)
-
-    def clamp(value: int, low: int, high: int) -> str:
-        return f"{max(low, min(value, high))}MB"
-
-    return {
-        "shared_buffers": clamp(mb // 4, 128, 4096),
-        "effective_cache_size": clamp(mb // 2, 256, 1 << 20),
-        "work_mem": clamp(mb // 512, 4, 64),
-        "maintenance_work_mem": clamp(mb // 16, 64, 2048),
-    }
-
-
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return 4 * 2**30
 
 
 def _conf_value(value: str) -> str:

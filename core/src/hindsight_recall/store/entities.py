@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..recall.filters import tag_filter
+from .filters import tag_filter
 
 #: when a memory mentioned its entities: the date its retain stamps on them
 _SEEN = "coalesce(u.occurred_start, u.mentioned_at, u.event_date)"

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..recall.filters import tag_filter
+from .filters import tag_filter
 
 #: at most this many stored links are read for one graph (upstream's cap)
 MAX_EDGES = 10_000

@@ -1,7 +1,7 @@
 """Invalidated memories: out of ``memory_units`` (so out of every arm's reach) until restored.
 
 A memory invalidated as no longer true is stored here as the JSON object that retains it again
-(:func:`~hindsight_recall.retain.memories.memory_line`), with the reason and the time; restoring it
+(:func:`~hindsight_recall.jsonl.memory_line`), with the reason and the time; restoring it
 is a retain of that object, so its embedding and links are made anew. Deleting its bank deletes it.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..retain.memories import memory_line, parse_memory
+from ..jsonl import memory_line, parse_memory
 from ..types import Memory
 
 _COLUMNS = "external_id, memory, reason, invalidated_at"

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..recall.filters import tag_filter
 from ..types import TagsMatch
+from .filters import tag_filter
 
 _COLUMNS = (
     "u.external_id, u.text, u.fact_type, u.context, u.occurred_start, u.occurred_end, u.mentioned_at, u.tags, "

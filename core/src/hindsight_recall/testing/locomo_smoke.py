@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..bench.locomo import score_query
-from ..retain.memories import read_jsonl
+from ..jsonl import read_jsonl
 from .pgserver import shared_folder
+from .scores import score_query
 
 #: The dev split's folder under ``shared/``: ``memories.jsonl`` and ``queries.jsonl``.
 DEV_SPLIT = ("bench", "locomo", "dev")

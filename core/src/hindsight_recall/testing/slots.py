@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import text
 
-from ..bench.synthetic import generate
 from ..protocols import RetrievalContext
 from ..recall.filters import tag_filter
 from ..store import ann
+from .synthetic import generate
 
 
 def synthetic(n: int, seed: int) -> tuple[list[Any], np.ndarray]:

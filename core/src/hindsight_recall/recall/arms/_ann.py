@@ -3,32 +3,14 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...settings import Settings
+from ...store.ann import set_local as set_local  # re-exported: the arms set their HNSW settings with it
 
 log = logging.getLogger(__name__)
-
-#: what a setting's name and value may hold: they are inlined, as SET takes no parameters
-_PLAIN = re.compile(r"^[A-Za-z0-9_.]+$")
-
-
-def set_local(wanted: Mapping[str, str]) -> str:
-    """``SET LOCAL`` statements for the settings, in one string (one round trip).
-
-    ``SET LOCAL`` rather than ``set_config``: Citus passes ``SET LOCAL`` on to the workers that run
-    the transaction's statements (``citus.propagate_set_commands = local``), and a function call not.
-
-    :raises ValueError: a name or value that is not a plain word or number.
-    """
-    for name, value in wanted.items():
-        if not (_PLAIN.match(name) and _PLAIN.match(value)):
-            raise ValueError(f"not a plain setting: {name}={value!r}")
-    return "; ".join(f"SET LOCAL {name} = '{value}'" for name, value in wanted.items())
-
 
 def hnsw_settings(ef_search: int, settings: Settings) -> dict[str, str]:
     """The search depth, plus iterative scans (``ANN_ITERATIVE_SCAN``) so filters cannot starve a LIMIT."""

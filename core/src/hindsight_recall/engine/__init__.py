@@ -15,23 +15,30 @@ import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import transfer
-from .errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError
-from .plugins import PluginManager, adopt, get_plugin_manager
-from .protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
-from .recall.pipeline import run_recall, warm_date_parser
-from .recall.request import build_request
-from .recall.rerank import RerankStage
-from .retain import edit as edits
-from .retain.ingest import Ingestor, RetainStats
-from .retain.memories import parse_memory
-from .settings import Settings, load_settings
-from .store import ann, banks, documents, listing, memory_edit, token_counts
-from .store.citus import check_backend, compatible_backends
-from .store.db import Database, database_error, database_errors, db_message, is_retryable
-from .store.schema import migrate
-from .tokens import TokenCounter
-from .types import Memory
+from .. import transfer
+from ..errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError, db_message
+from ..jsonl import parse_memory
+from ..plugins import PluginManager, adopt, get_plugin_manager
+from ..protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
+from ..recall.pipeline import run_recall, warm_date_parser
+from ..recall.request import build_request
+from ..recall.rerank import RerankStage
+from ..retain import edit as edits
+from ..retain.ingest import Ingestor, RetainStats
+from ..settings import Settings, load_settings
+from ..store import ann, banks, documents, listing, memory_edit, token_counts
+from ..store.citus import check_backend, compatible_backends
+from ..store.db import Database, database_error, database_errors, is_retryable
+from ..store.schema import migrate
+from ..tokens import TokenCounter
+from ..types import Memory
+from .aliases import Aliases
+from .audit import Audit
+from .directives import Directives
+from .entities import Entities
+from .graph import Graph
+from .observations import Observations
+from .webhooks import Webhooks
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +92,14 @@ class Engine:
         self.db = Database(s, self.text_search.session_statements())
         self._recalls = asyncio.Semaphore(s.recall_max_concurrent)
         self._ingestor = Ingestor(self.db, self.embedder, self.text_search, s)
+        # the engine's parts, by capability: each call takes its own connection and transaction
+        self.directives = Directives(self.db)
+        self.webhooks = Webhooks(self.db)
+        self.entities = Entities(self.db)
+        self.graph = Graph(self.db)
+        self.observations = Observations(self.db)
+        self.aliases = Aliases(self.db)
+        self.audit = Audit(self.db)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""
