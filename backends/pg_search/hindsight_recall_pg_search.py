@@ -173,8 +173,10 @@ $$"""
     def arm_sql(self, *, columns: str, where: str) -> str:
         matches = ", ".join(f"paradedb.match('{f}', :query_text)" for f in FIELDS)
         # The outer query gates the top rows: paradedb.score is defined only next to the @@@ search.
+        # The score is a real; as a double it compares equal to itself read back (a floor set to a
+        # score seen in a trace keeps that row).
         return (
-            f"(SELECT * FROM (SELECT {columns}, paradedb.score(id) AS bm25_score FROM memory_units "
+            f"(SELECT * FROM (SELECT {columns}, paradedb.score(id)::float8 AS bm25_score FROM memory_units "
             f"WHERE {where} AND id @@@ paradedb.boolean(should => ARRAY[{matches}]) "
             f"ORDER BY bm25_score DESC, id LIMIT :limit) AS pg_search_hits "
             f"WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"

@@ -29,7 +29,7 @@ MATCH = (
     "paradedb.match('context', :query_text), paradedb.match('text_signals', :query_text)])"
 )
 ARM = (
-    "(SELECT * FROM (SELECT id, text, fact_type, paradedb.score(id) AS bm25_score FROM memory_units "
+    "(SELECT * FROM (SELECT id, text, fact_type, paradedb.score(id)::float8 AS bm25_score FROM memory_units "
     f"WHERE {WHERE} AND {MATCH} ORDER BY bm25_score DESC, id LIMIT :limit) AS pg_search_hits "
     "WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
 )

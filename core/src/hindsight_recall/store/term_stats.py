@@ -120,11 +120,7 @@ async def backfill(upgrade: Any) -> None:
     ))
     if built_with != upgrade.backend.name:  # another backend's vectors: start refuses this database anyway
         return
-    kind = await upgrade.conn.scalar(text(
-        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'memory_units'::regclass "
-        "AND attname = 'search_vector' AND NOT attisdropped"
-    ))
-    if kind != "tsvector":
+    if not await _vectors_are_tsvectors(upgrade.conn):
         return
     await upgrade.execute("DELETE FROM term_stats")
     await upgrade.in_batches(_UPSERT.format(counted=counted("u.id > :after AND u.id <= :upto")))
@@ -138,6 +134,8 @@ async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple
 
     :return: ``(bank_id, fact_type, lexeme, kept, fresh)`` tuples.
     """
+    if not await _vectors_are_tsvectors(conn):
+        return []  # another kind of backend: no statistics are kept, so none can drift
     where = "true" if bank_id is None else "u.bank_id = :bank"
     scope = "" if bank_id is None else "WHERE bank_id = :bank"
     rows = await conn.execute(text(
@@ -147,3 +145,12 @@ async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple
         "WHERE coalesce(kept.df, 0) <> coalesce(fresh.df, 0) ORDER BY 1, 2, 3"
     ), {"bank": bank_id})
     return [(r.bank_id, r.fact_type, r.lexeme, r.kept, r.fresh) for r in rows]
+
+
+async def _vectors_are_tsvectors(conn: AsyncConnection) -> bool:
+    """Whether ``memory_units.search_vector`` is a ``tsvector``, the only kind these counts read."""
+    kind = await conn.scalar(text(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'memory_units'::regclass "
+        "AND attname = 'search_vector' AND NOT attisdropped"
+    ))
+    return bool(kind == "tsvector")
