@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
 VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_TOKENIZER"
+STEMMER_VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_PG_SEARCH_STEMMER"
+#: The stemmers ParadeDB's tokenizers take (``stemmer=<language>``).
+STEMMERS = ("arabic", "danish", "dutch", "english", "finnish", "french", "german", "greek", "hungarian", "italian",
+            "norwegian", "polish", "portuguese", "romanian", "russian", "spanish", "swedish", "tamil", "turkish")
+#: Tokenizers that keep a field whole: nothing to stem.
+_WHOLE = frozenset({"literal", "literal_normalized"})
+#: ParadeDB's default tokenizer, named where a stemmer must be added to it.
+DEFAULT_TOKENIZER = "unicode_words"
 #: The indexed text fields; each gets one match query in the arm.
 FIELDS = ("text", "context", "text_signals")
 
@@ -86,16 +94,31 @@ def query_terms(tokens: Sequence[str], max_terms: int) -> list[str]:
     return unique[:max_terms] if max_terms else unique
 
 
-def tokenizer_type(tokenizer: str) -> Any:
+def parse_stemmer(value: str) -> str:
+    """Validate a stemmer setting: a language of :data:`STEMMERS`, or "" for none.
+
+    :raises ValueError: naming the variable and the accepted values.
+    """
+    name = value.strip().lower()
+    if name and name not in STEMMERS:
+        raise ValueError(f"{STEMMER_VARIABLE}={value!r} is not a ParadeDB stemmer. Use one of {', '.join(STEMMERS)}, "
+                         "or leave it empty for none.")
+    return name
+
+
+def tokenizer_type(tokenizer: str, stemmer: str = "") -> Any:
     """The ``pdb`` type a text field is cast to, as a ``psycopg.sql`` composable.
 
     :param tokenizer: a canonical, non-empty value of :func:`parse_tokenizer`, e.g. ``ngram(2,3)``.
+    :param stemmer: a language of :data:`STEMMERS` added as ``'stemmer=<language>'``, or "".
     """
     from psycopg import sql  # late: only start-up composes DDL
 
     name, _, rest = tokenizer.partition("(")
-    # type modifiers are numbers (n-gram sizes) or a plain word (lindera's language)
+    # type modifiers are numbers (n-gram sizes) or a plain word (lindera's language), then options
     modifiers = [sql.Literal(int(a)) if a.isdigit() else sql.Identifier(a) for a in rest.rstrip(")").split(",") if a]
+    if stemmer:
+        modifiers.append(sql.Literal(f"stemmer={stemmer}"))
     base = sql.SQL("pdb.{}").format(sql.Identifier(name))
     return sql.SQL("{}({})").format(base, sql.SQL(",").join(modifiers)) if modifiers else base
 
@@ -109,11 +132,18 @@ class PgSearchSettings(BaseSettings):
 
     #: A ParadeDB tokenizer for the text fields; empty keeps ParadeDB's default.
     tokenizer: str = ""
+    #: The stemmer of the tokenizer (not of ``literal`` ones), as native's ``english`` configuration stems.
+    stemmer: str = "english"
 
     @field_validator("tokenizer")
     @classmethod
     def _tokenizer(cls, value: str) -> str:
         return parse_tokenizer(value)
+
+    @field_validator("stemmer")
+    @classmethod
+    def _stemmer(cls, value: str) -> str:
+        return parse_stemmer(value)
 
 
 class PgSearchBackend(ExtensionBackend):
@@ -136,6 +166,7 @@ class PgSearchBackend(ExtensionBackend):
             plugin_settings(PgSearchSettings, self.name, settings, kind="text_search")
         )
         self.tokenizer = self.config.tokenizer
+        self.stemmer = "" if self.tokenizer in _WHOLE else self.config.stemmer
         self.supports_cjk = handles_cjk(self.tokenizer)
         self.max_terms = settings.bm25_max_query_terms if settings else 16
 
@@ -159,7 +190,8 @@ $$"""
 
     def index_statements(self) -> Sequence[str]:
         # DDL binds no parameters: the tokenizer is composed from its validated parts, quoted.
-        cast = tokenizer_type(self.tokenizer).as_string(None) if self.tokenizer else ""
+        tokenizer = self.tokenizer or (DEFAULT_TOKENIZER if self.stemmer else "")
+        cast = tokenizer_type(tokenizer, self.stemmer).as_string(None) if tokenizer else ""
         fields = [f"({f}::{cast})" if cast else f for f in FIELDS]
         return (
             f"CREATE INDEX IF NOT EXISTS {INDEX} ON memory_units "

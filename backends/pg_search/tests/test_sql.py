@@ -12,7 +12,7 @@ from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.golden import Golden, run_golden
 from hindsight_recall.testing.sqlcheck import parse_statement
-from hindsight_recall_pg_search import PgSearchBackend, PgSearchSettings, parse_tokenizer
+from hindsight_recall_pg_search import STEMMER_VARIABLE, PgSearchBackend, PgSearchSettings, parse_tokenizer
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -66,7 +66,9 @@ def test_golden_statements() -> None:
     assert b.column_type() == "text"
     assert b.index_statements() == (
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units "
-        "USING bm25 (id, text, context, text_signals) WITH (key_field = 'id')",
+        "USING bm25 (id, (text::pdb.\"unicode_words\"('stemmer=english')), "
+        "(context::pdb.\"unicode_words\"('stemmer=english')), "
+        "(text_signals::pdb.\"unicode_words\"('stemmer=english'))) WITH (key_field = 'id')",
     )
     assert b.write_expression("document") == "NULL::text"
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
@@ -80,19 +82,28 @@ def test_a_tokenizer_is_checked_before_the_index_needs_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("tokenizer", "fields"),
+    ("tokenizer", "stemmer", "fields"),
     [
-        ("jieba", '(text::pdb."jieba"), (context::pdb."jieba"), (text_signals::pdb."jieba")'),
+        ("jieba", "", '(text::pdb."jieba"), (context::pdb."jieba"), (text_signals::pdb."jieba")'),
         (
-            "lindera(japanese)",
+            "lindera(japanese)", "",
             '(text::pdb."lindera"("japanese")), (context::pdb."lindera"("japanese")), '
             '(text_signals::pdb."lindera"("japanese"))',
         ),
-        ("ngram(2,3)", '(text::pdb."ngram"(2,3)), (context::pdb."ngram"(2,3)), (text_signals::pdb."ngram"(2,3))'),
+        ("ngram(2,3)", "",
+         '(text::pdb."ngram"(2,3)), (context::pdb."ngram"(2,3)), (text_signals::pdb."ngram"(2,3))'),
+        ("ngram(2,3)", "german", '(text::pdb."ngram"(2,3,\'stemmer=german\')), '
+         '(context::pdb."ngram"(2,3,\'stemmer=german\')), (text_signals::pdb."ngram"(2,3,\'stemmer=german\'))'),
+        ("simple", "english", '(text::pdb."simple"(\'stemmer=english\')), '
+         '(context::pdb."simple"(\'stemmer=english\')), (text_signals::pdb."simple"(\'stemmer=english\'))'),
+        # nothing to stem in a whole field
+        ("literal", "english", '(text::pdb."literal"), (context::pdb."literal"), (text_signals::pdb."literal")'),
+        ("", "", "text, context, text_signals"),
     ],
 )
-def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, fields: str) -> None:
-    assert backend(tokenizer).index_statements() == (
+def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, stemmer: str, fields: str) -> None:
+    b = PgSearchBackend(Settings(), PgSearchSettings(tokenizer=tokenizer, stemmer=stemmer))
+    assert b.index_statements() == (
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units "
         f"USING bm25 (id, {fields}) WITH (key_field = 'id')",
     )
@@ -107,6 +118,20 @@ def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, fields: s
 def test_every_statement_parses(tokenizer: str) -> None:
     for sql in statements(backend(tokenizer)):
         parse_statement(sql)
+
+
+@pytest.mark.parametrize(("value", "canonical"), [("", ""), (" English ", "english"), ("TURKISH", "turkish")])
+def test_stemmer_setting(value: str, canonical: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(STEMMER_VARIABLE, value)
+    assert PgSearchBackend(Settings()).stemmer == canonical
+
+
+@pytest.mark.parametrize("value", ["klingon", "en", "english; DROP TABLE memory_units", "stemmer=english"])
+def test_invalid_stemmer_is_rejected_naming_the_variable(value: str) -> None:
+    with pytest.raises(ValidationError, match=STEMMER_VARIABLE):
+        PgSearchSettings(stemmer=value)
+    with pytest.raises(ConfigError, match=STEMMER_VARIABLE):
+        PgSearchBackend(Settings(plugins={"text_search": {"pg_search": {"stemmer": value}}}))
 
 
 @pytest.mark.parametrize(
