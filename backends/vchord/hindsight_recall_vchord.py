@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 VARIABLE = "HINDSIGHT_API_TEXT_SEARCH_EXTENSION_VCHORD_TOKENIZER"
 #: The default model, chosen on LoCoMo dev and LongMemEval dev (docs/backends.md has the comparison).
-DEFAULT_TOKENIZER = "bert_base_uncased"
+DEFAULT_TOKENIZER = "wiki_tocken"
 #: pg_tokenizer's built-in models whose vocabulary covers CJK text (wiki_tocken's is English only).
 CJK_MODELS = frozenset({"bert_base_uncased", "gemma2b", "llmlingua2"})
 #: A model name: a plain identifier, so it can be inlined in SQL and DDL.

@@ -27,7 +27,7 @@ WHERE = (
 )
 SCORE = (
     "-(search_vector OPERATOR(pg_catalog.<&>) bm25_catalog.to_bm25query('idx_memory_units_text_search', "
-    "tokenizer_catalog.tokenize(:query_text, 'bert_base_uncased')))"
+    "tokenizer_catalog.tokenize(:query_text, 'wiki_tocken')))"
 )
 ARM = (
     f"(SELECT id, text, fact_type, {SCORE} AS bm25_score FROM memory_units "
@@ -35,8 +35,8 @@ ARM = (
 )
 CREATE_TOKENIZER = """DO $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM tokenizer_catalog.tokenizer WHERE name = 'bert_base_uncased') THEN
-        PERFORM tokenizer_catalog.create_tokenizer('bert_base_uncased', $config$model = "bert_base_uncased"$config$);
+    IF NOT EXISTS (SELECT 1 FROM tokenizer_catalog.tokenizer WHERE name = 'wiki_tocken') THEN
+        PERFORM tokenizer_catalog.create_tokenizer('wiki_tocken', $config$model = "wiki_tocken"$config$);
     END IF;
 END
 $$"""
@@ -60,13 +60,13 @@ def test_satisfies_protocol_and_entry_point() -> None:
     vchord.register_text_search_backends(registered.append)
     assert registered == [VchordBackend]
     assert VchordBackend.citus_compatible is False
-    assert VchordBackend(Settings()).supports_cjk is True
+    assert VchordBackend(Settings()).supports_cjk is False  # wiki_tocken's vocabulary is English
     assert VchordBackend.extensions == ("pg_tokenizer", "vchord_bm25")
 
 
 @pytest.mark.parametrize(("value", "model", "cjk"), [
-    ("", "bert_base_uncased", True),
-    ("  WIKI_TOCKEN ", "wiki_tocken", False),
+    ("", "wiki_tocken", False),
+    ("  BERT_BASE_UNCASED ", "bert_base_uncased", True),
     ("llmlingua2", "llmlingua2", True),
     ("my_hf_model2", "my_hf_model2", False),
 ])
@@ -91,10 +91,10 @@ def test_a_bad_tokenizer_names_the_variable(value: str, monkeypatch: pytest.Monk
 
 
 def test_tokenizer_from_code_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(VARIABLE, "wiki_tocken")
-    settings = Settings(plugins={"text_search": {"vchord": {"tokenizer": "bert_base_uncased"}}})
-    assert VchordBackend(settings).tokenizer == "bert_base_uncased"
-    assert VchordBackend(config=VchordSettings(tokenizer="wiki_tocken")).tokenizer == "wiki_tocken"
+    monkeypatch.setenv(VARIABLE, "bert_base_uncased")
+    settings = Settings(plugins={"text_search": {"vchord": {"tokenizer": "wiki_tocken"}}})
+    assert VchordBackend(settings).tokenizer == "wiki_tocken"
+    assert VchordBackend(config=VchordSettings(tokenizer="bert_base_uncased")).tokenizer == "bert_base_uncased"
 
 
 def test_golden_statements() -> None:
@@ -110,7 +110,7 @@ def test_golden_statements() -> None:
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search "
         "ON memory_units USING bm25 (search_vector bm25_catalog.bm25_ops)",
     )
-    expected = "tokenizer_catalog.tokenize(document, 'bert_base_uncased')::bm25_catalog.bm25vector"
+    expected = "tokenizer_catalog.tokenize(document, 'wiki_tocken')::bm25_catalog.bm25vector"
     assert b.write_expression("document") == expected
     assert b.score_sql() == SCORE
     assert b.arm_sql(columns=COLUMNS, where=WHERE) == ARM
@@ -195,9 +195,9 @@ class TestGoldenStatementsLive:
         assert [r[1] for r in hostile] == [DOCUMENTS[1][3]]
 
     def test_cjk_query(self, hr_database_url: str, hr_fresh_schema: str) -> None:
-        cjk, _ = self.run(hr_database_url, hr_fresh_schema, "东京塔")
+        cjk, _ = self.run(hr_database_url, hr_fresh_schema, "东京塔", tokenizer="bert_base_uncased")
         assert [r[1] for r in cjk] == [DOCUMENTS[4][3]]
 
     def test_another_built_in_model(self, hr_database_url: str, hr_fresh_schema: str) -> None:
-        one, _ = self.run(hr_database_url, hr_fresh_schema, "sailing boat", tokenizer="wiki_tocken")
+        one, _ = self.run(hr_database_url, hr_fresh_schema, "sailing boat", tokenizer="bert_base_uncased")
         assert [r[1] for r in one] == [DOCUMENTS[1][3]]
