@@ -29,9 +29,9 @@ MATCH = (
     "paradedb.match('context', :query_text), paradedb.match('text_signals', :query_text)])"
 )
 ARM = (
-    "(SELECT * FROM (SELECT id, text, fact_type, paradedb.score(id)::float8 AS bm25_score FROM memory_units "
+    "(SELECT * FROM (SELECT id, text, fact_type, paradedb.score(id) AS bm25_score FROM memory_units "
     f"WHERE {WHERE} AND {MATCH} ORDER BY bm25_score DESC, id LIMIT :limit) AS pg_search_hits "
-    "WHERE bm25_score >= :min_score ORDER BY bm25_score DESC, id LIMIT :limit)"
+    "WHERE bm25_score >= CAST(:min_score AS real) ORDER BY bm25_score DESC, id LIMIT :limit)"
 )
 
 
@@ -66,7 +66,8 @@ def test_golden_statements() -> None:
     assert b.column_type() == "text"
     assert b.index_statements() == (
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units "
-        "USING bm25 (id, (text::pdb.\"unicode_words\"('stemmer=english')), "
+        "USING bm25 (id, (bank_id::pdb.literal), (fact_type::pdb.literal), "
+        "(text::pdb.\"unicode_words\"('stemmer=english')), "
         "(context::pdb.\"unicode_words\"('stemmer=english')), "
         "(text_signals::pdb.\"unicode_words\"('stemmer=english'))) WITH (key_field = 'id')",
     )
@@ -105,7 +106,7 @@ def test_index_casts_every_text_field_to_the_tokenizer(tokenizer: str, stemmer: 
     b = PgSearchBackend(Settings(), PgSearchSettings(tokenizer=tokenizer, stemmer=stemmer))
     assert b.index_statements() == (
         "CREATE INDEX IF NOT EXISTS idx_memory_units_text_search ON memory_units "
-        f"USING bm25 (id, {fields}) WITH (key_field = 'id')",
+        f"USING bm25 (id, (bank_id::pdb.literal), (fact_type::pdb.literal), {fields}) WITH (key_field = 'id')",
     )
 
 
