@@ -13,7 +13,7 @@ import pytest
 from hindsight_recall.errors import ConfigError
 from hindsight_recall.protocols import TextSearchBackend
 from hindsight_recall.settings import Settings
-from hindsight_recall.testing.golden import Golden, run_golden
+from hindsight_recall.testing.golden import DOCUMENTS, Golden, run_golden
 from hindsight_recall.testing.sqlcheck import parse_statement
 from hindsight_recall_vchord import VARIABLE, VchordBackend, VchordSettings
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -163,14 +163,6 @@ async def test_prepare_query_without_words_skips_the_arm(query: str, tokens: lis
 
 
 # ------------------------------------------------------------------------------------------------ live
-
-DOCUMENTS = [
-    ("00000000-0000-0000-0000-000000000001", "b1", "world", "Alice adopted a grey cat named Luna in March."),
-    ("00000000-0000-0000-0000-000000000002", "b1", "world", "Bob sold his sailing boat and bought a bicycle."),
-    ("00000000-0000-0000-0000-000000000003", "b1", "experience", "I helped Alice carry the cat food home."),
-    ("00000000-0000-0000-0000-000000000004", "b2", "world", "Alice adopted a dog in another bank."),
-    ("00000000-0000-0000-0000-000000000005", "b1", "world", "东京塔在东京的港区。"),
-]
 
 
 class TestGoldenStatementsLive:

@@ -19,6 +19,15 @@ STAND_INS = (
     "text_signals text, tags varchar[] NOT NULL DEFAULT '{}')",
     "CREATE TABLE stage_units (id uuid, bank_id text, fact_type text, document text)",
 )
+#: Documents for :func:`run_golden`: two banks, two fact types, one Chinese text; a query for
+#: "Alice adopt" should find the first alone in bank b1's world facts.
+DOCUMENTS = (
+    ("00000000-0000-0000-0000-000000000001", "b1", "world", "Alice adopted a grey cat named Luna in March."),
+    ("00000000-0000-0000-0000-000000000002", "b1", "world", "Bob sold his sailing boat and bought a bicycle."),
+    ("00000000-0000-0000-0000-000000000003", "b1", "experience", "I helped Alice carry the cat food home."),
+    ("00000000-0000-0000-0000-000000000004", "b2", "world", "Alice adopted a dog in another bank."),
+    ("00000000-0000-0000-0000-000000000005", "b1", "world", "东京塔在东京的港区。"),
+)
 #: Copies what the write statement leaves out (it writes ``id`` and ``search_vector`` only).
 FILL = ("UPDATE memory_units m SET bank_id = s.bank_id, fact_type = s.fact_type, text = s.document "
         "FROM stage_units s WHERE m.id = s.id")
