@@ -418,10 +418,6 @@ PGRX = "0.16.1"
 #: A test build: the releases' fat LTO and single codegen unit take about three times as long to
 #: build and change nothing a test sees.
 TEST_PROFILE = {"CARGO_PROFILE_RELEASE_LTO": "off", "CARGO_PROFILE_RELEASE_CODEGEN_UNITS": "16"}
-#: The dev profile made the release's equal but for LTO, for builds that cargo-pgrx runs in both.
-OPTIMIZED_DEV = {"CARGO_PROFILE_DEV_OPT_LEVEL": "3", "CARGO_PROFILE_DEV_DEBUG": "0",
-                 "CARGO_PROFILE_DEV_DEBUG_ASSERTIONS": "false", "CARGO_PROFILE_DEV_OVERFLOW_CHECKS": "false",
-                 "CARGO_PROFILE_DEV_CODEGEN_UNITS": "16", "CARGO_INCREMENTAL": "0"}
 #: What pgrx's build needs beside cargo: libclang for its bindings (bindgen), rustfmt for their output.
 PGRX_APT = ("clang", "libclang-dev", "libssl-dev", "pkg-config", "build-essential")
 #: Lock files kept with the recipes, for crates that ship none (their versions would drift build to build).
@@ -529,12 +525,12 @@ def _build_pg_search(builder: Builder, sources: Sequence[Path], pg_config: Path)
     (paradedb / "rust-toolchain.toml").unlink()
     home = paradedb.parent / "pgrx-home"
     home.mkdir()
-    env = {**_cargo_env(pg_config, cache_root() / "cargo" / "pg_search"), **OPTIMIZED_DEV, "PGRX_HOME": str(home)}
+    env = {**_cargo_env(pg_config, cache_root() / "cargo" / "pg_search"), "PGRX_HOME": str(home)}
     pgrx = cargo_pgrx / "bin" / "cargo-pgrx"
     builder.run(pgrx, "pgrx", "init", f"--pg18={pg_config}", cwd=paradedb, env=env)
-    # no --release: cargo-pgrx builds the binary that writes the SQL in the dev profile, which then
-    # reuses every crate of the library's build instead of compiling them all a second time
-    builder.run(pgrx, "pgrx", "install", "--pg-config", pg_config, "--package", "pg_search",
+    # cargo-pgrx then builds the crates a second time, in the dev profile, for the binary that
+    # writes the extension's SQL
+    builder.run(pgrx, "pgrx", "install", "--release", "--pg-config", pg_config, "--package", "pg_search",
                 cwd=paradedb / "pg_search", env=env)
 
 
