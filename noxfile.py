@@ -1,5 +1,6 @@
 """Sessions: ``tests`` (the whole suite as ``tests(all)``, ``tests(<ext>)`` per text-search extension,
-``tests(citus)`` on a Citus cluster and ``tests(torch)`` for the torch paths), ``lint`` and ``demo``.
+``tests(citus)`` on a Citus cluster and ``tests(torch)`` for the torch paths), ``lint`` and ``demo``;
+``tests(pg_search)``, outside ``tests`` because a cold build of pg_search takes about 40 minutes.
 
 Each session installs only what it runs: none but ``tests(torch)`` installs torch (the default path runs
 the models on ONNX Runtime); ``tests(native)`` checks SQL only and installs no model (native's live tests
@@ -80,8 +81,11 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "core/src/hindsight_recall", *modules)
 
 
-#: One matrix entry per text-search extension, in the order of docs/backends.md.
-EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga", "pg_search")
+#: One matrix entry per text-search extension, in the order of docs/backends.md, but pg_search: its own
+#: session, since its cold build (cargo-pgrx and pg_search, about 40 minutes on 2 cores) would take a
+#: fresh CI run past its time.
+EXTENSIONS = ("native", "vchord", "pg_textsearch", "pgroonga")
+PG_SEARCH = "pg_search"
 SUITE = "all"
 CITUS = "citus"
 #: the tests marked ``torch``: the torch backends of the embedder and the local reranker, and the ONNX
@@ -92,10 +96,8 @@ TORCH_SUITE = "torch"
 CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
                 "tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_round_trip.py",
                 "tests/test_atomic_writes.py")
-#: The Citus-compatible extension backend tests(citus) also runs on the cluster.
-CITUS_EXTENSION = "pg_search"
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
-BUILT = ("vchord", "pg_textsearch", "pgroonga", "pg_search")
+BUILT = ("vchord", "pg_textsearch", "pgroonga", PG_SEARCH)
 #: Why the others run only their SQL checks without a URL.
 NOT_LIVE = {"native": "its live tests run in tests(all), on the embedded server"}
 
@@ -126,6 +128,19 @@ def tests(session: nox.Session, target: str) -> None:
     if target == CITUS:
         citus(session)
         return
+    backend_suite(session, target)
+
+
+@nox.session(python="3.11", name=f"tests({PG_SEARCH})", default=False)
+def tests_pg_search(session: nox.Session) -> None:
+    """pg_search's tests and compliance suite live, then on a Citus cluster with pg_search on its nodes:
+    test_citus.py (its compliance suite on distributed tables) and the engine suites with pg_search."""
+    backend_suite(session, PG_SEARCH)
+    citus(session, PG_SEARCH)
+
+
+def backend_suite(session: nox.Session, target: str) -> None:
+    """One backend's tests and compliance suite, live unless the backend is in NOT_LIVE and has no URL."""
     groups = nox.project.dependency_groups(nox.project.load_toml("pyproject.toml"), f"tests-{target}")
     variable = f"HINDSIGHT_TEST_DATABASE_URL_{target.upper()}"
     env = dict(OFFLINE)
@@ -155,32 +170,34 @@ def tests(session: nox.Session, target: str) -> None:
     session.run("pytest", f"backends/{target}/tests", "-rs", *session.posargs, env=env)
 
 
-def citus(session: nox.Session) -> None:
+def citus(session: nox.Session, extension: str | None = None) -> None:
     """tests(citus): the engine suites and test_citus.py on a Citus coordinator; a missing cluster fails.
 
-    The cluster this session starts also has pg_search (built as ``tests(pg_search)`` builds it), so
-    test_citus.py runs pg_search's compliance suite on distributed tables too, and the engine suites
-    run a second time with pg_search as the keyword backend.
+    With ``extension`` (pg_search), the cluster this session starts can also create it, so
+    test_citus.py runs its compliance suite on distributed tables too, and the engine suites run a
+    second time with it as the keyword backend.
     """
     install(session, *TEST_DEPS)
     env = {**OFFLINE, "HINDSIGHT_TEST_CITUS": "1"}
     url = os.environ.get("HINDSIGHT_TEST_DATABASE_URL_CITUS", "").strip()
+    suites = CITUS_SUITES
     if url:
         env["HINDSIGHT_TEST_DATABASE_URL"] = url
         session.log("citus: against HINDSIGHT_TEST_DATABASE_URL_CITUS")
     else:
         env["HINDSIGHT_TEST_DATABASE_URL"] = ""  # a URL from the environment would stop the cluster's start
-        env["HINDSIGHT_TEST_CITUS_EXTENSIONS"] = CITUS_EXTENSION
         # built ahead of pytest so that its progress shows; the run's conftest then starts the cluster
-        for target in ("citus", CITUS_EXTENSION):
-            session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", target)
-        session.log(f"citus: HINDSIGHT_TEST_DATABASE_URL_CITUS is unset: a coordinator and two workers on 127.0.0.1, "
-                    f"with {CITUS_EXTENSION}")
-    session.run("pytest", *CITUS_SUITES, "-rs", "-m", "not torch", *session.posargs, env=env)
-    if not url:
-        session.log(f"citus: the engine suites again, with HINDSIGHT_API_TEXT_SEARCH_EXTENSION={CITUS_EXTENSION}")
+        session.run("python", "-m", "hindsight_recall.testing.pgserver", "build", "citus")
+        if extension:
+            env["HINDSIGHT_TEST_CITUS_EXTENSIONS"] = extension
+            suites = ("tests/test_citus.py",)
+        session.log("citus: HINDSIGHT_TEST_DATABASE_URL_CITUS is unset: a coordinator and two workers on 127.0.0.1"
+                    + (f", with {extension}" if extension else ""))
+    session.run("pytest", *suites, "-rs", "-m", "not torch", *session.posargs, env=env)
+    if extension and not url:
+        session.log(f"citus: the engine suites with HINDSIGHT_API_TEXT_SEARCH_EXTENSION={extension}")
         session.run("pytest", *CITUS_SUITES[1:], "-rs", "-m", "not torch", *session.posargs,
-                    env={**env, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION": CITUS_EXTENSION})
+                    env={**env, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION": extension})
 
 
 def run_against_upstream(session: nox.Session, module: str) -> None:

@@ -373,7 +373,7 @@ class _OnTheCluster:
         missing = sorted(set(wanted) - present)
         if missing:
             pytest.skip(f"the cluster has no {', '.join(missing)} extension, which {hr_backend_name!r} needs "
-                        "(it cannot be built here)")
+                        f"(nox -s 'tests({hr_backend_name})' starts a cluster with it)")
 
 
 if os.environ.get("HINDSIGHT_TEST_DATABASE_URL"):  # tests(all) runs the suites on the embedded server
