@@ -405,7 +405,7 @@ def test_a_backend_that_needs_its_own_server_is_configured_in_code(data_dir: Pat
                  "reranker": {"cohere": {"api_key": "k", "model": "rerank-v3.5"}}},
     )
     engine = Engine(settings)  # nothing is opened: the SQL and the request are built from the settings
-    assert '(text::pdb."jieba")' in engine.text_search.index_statements()[0]
+    assert "(text::pdb.\"jieba\"('stemmer=english'))" in engine.text_search.index_statements()[0]
     assert engine.rerank.reranker.config.model == "rerank-v3.5"  # type: ignore[attr-defined]
 
 

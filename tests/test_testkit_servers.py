@@ -76,8 +76,8 @@ def test_a_backend_without_recipe_names_only_its_url(
 ) -> None:
     monkeypatch.setenv(plugin.SERVERS_ENV, "all")
     with pytest.raises(pytest.skip.Exception) as caught:
-        servers.url("vchord")
-    assert "HINDSIGHT_TEST_DATABASE_URL_VCHORD" in str(caught.value)
+        servers.url("zombodb")
+    assert "HINDSIGHT_TEST_DATABASE_URL_ZOMBODB" in str(caught.value)
     assert plugin.SERVERS_ENV not in str(caught.value)
 
 
