@@ -251,7 +251,10 @@ async def test_a_failed_or_interrupted_run_deletes_its_banks(engine: Any, tmp_pa
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "hindsight_recall.cli", *TINY, "--queries", "400", "--budget", "low,mid,high",
         "--database-url", driver_url(engine), "--banks", "2", "--out", str(tmp_path / "out2"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+        # a run started in the background inherits SIGINT ignored, and Python then keeps ignoring it:
+        # Ctrl-C as a terminal sends it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stdout is not None
     lines = []
     while not lines or "bytes per memory" not in lines[-1]:
