@@ -15,7 +15,7 @@ from hindsight_recall.testing.suite import keyword_hits
 
 PHASES = ["backend_acquisition", "similarity_floors", "temporal_extraction", "generate_query_embedding",
           "parallel_retrieval", "rrf_merge", "context", "rerank_prefilter", "reranking", "combined_scoring",
-          "prefer_observations_dedup", "chunk_fetch", "token_filtering", "source_fact_fetch", "entity_build"]
+          "prefer_observations_dedup", "token_filtering", "source_fact_fetch", "chunk_fetch", "entity_build"]
 
 
 def ids(body: dict) -> list[str]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Iterable, Mapping, MutableMapping, MutableSequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from sqlalchemy import text
 
 from ..store.schema import ROW_COLUMNS
 from ..types import Candidate, Hit, MemoryRow
@@ -29,6 +31,43 @@ _ENTITIES = (
 )
 
 Entities = dict[uuid.UUID, list[tuple[uuid.UUID, str]]]
+
+
+@dataclass
+class Shown:
+    """What an answer shows that the arms did not read: whole rows, their entities and the chunks."""
+
+    #: whole rows by internal id (the shown rows left incomplete, and the sources of observations)
+    rows: dict[uuid.UUID, MemoryRow] = field(default_factory=dict)
+    #: (entity id, canonical name) pairs per memory, for the memories whose entities were asked for
+    entities: Entities = field(default_factory=dict)
+    #: chunk id -> (text, index in its document)
+    chunks: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+async def read_shown(db: Any, bank_id: str, ids: Collection[uuid.UUID], entities_of: Collection[uuid.UUID],
+                     chunk_ids: Collection[str]) -> Shown:
+    """Everything an answer shows beyond the arms' rows, on one connection: the rows and their entities in
+    one statement, the chunks in a second (only when asked for).
+
+    :param db: hands out the recall's connections.
+    :param bank_id: the bank; nothing of other banks is read.
+    :param ids: memories to read whole.
+    :param entities_of: memories whose entities are wanted (read whole as well).
+    :param chunk_ids: chunks to read.
+    """
+    shown = Shown()
+    if not (ids or entities_of or chunk_ids):
+        return shown
+    async with db.connect() as conn:
+        if ids or entities_of:
+            shown.rows, shown.entities = await fetch_rows_and_entities(conn, bank_id, ids, entities_of)
+        if chunk_ids:
+            found = await conn.execute(
+                text("SELECT chunk_id, chunk_text, chunk_index FROM chunks WHERE bank_id = :bank "
+                     "AND chunk_id = ANY(:ids)"), {"bank": bank_id, "ids": list(chunk_ids)})
+            shown.chunks = {r.chunk_id: (r.chunk_text, r.chunk_index) for r in found}
+    return shown
 
 
 async def fetch_rows(conn: Any, bank_id: str, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:

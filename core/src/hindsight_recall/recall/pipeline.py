@@ -20,7 +20,7 @@ from .arms._ann import AnnSettings
 from .arms._compose import composable, run_composed
 from .arms.semantic import semantic_floor
 from .arms.temporal import window_holds_memories
-from .complete import complete, incomplete
+from .complete import complete, incomplete, read_shown
 from .context import apply_context
 from .filters import tag_filter
 from .floors import REFERENCE, Calibration, Calibrations, calibrated_settings, describe
@@ -36,7 +36,7 @@ from .fusion import (
 from .packing import pack
 from .question import Question, read_question
 from .request import RecallRequest
-from .response import build_response, empty_response, fetch_chunks
+from .response import build_response, empty_response, wanted
 from .scoring import apply_floors, combined, names_period, period_first, proof_score, recency
 from .services import RecallServices
 from .trace import Trace
@@ -236,11 +236,6 @@ async def _recall(
     with trace.phase("prefer_observations_dedup"):
         candidates = _prefer_observations(req, candidates, 2 * limit)
     top = candidates[: 2 * limit]
-    chunks: dict[str, Any] | None = None
-    if req.include_chunks is not None:  # from the truncated list, before packing
-        with trace.phase("chunk_fetch") as details:
-            chunks = await fetch_chunks(engine, req, top, ctx.db)
-            details["chunks"] = len(chunks)
     with trace.phase("token_filtering") as details:
         count = _token_counter(engine)
         uncounted = [c for c in top if c.row.token_count is None]  # rows stored before, or recounted
@@ -253,8 +248,14 @@ async def _recall(
             used = sum(count(c) for c in packed)
             details["limit"] = req.limit
         details.update(results_selected=len(packed), tokens_used=used, max_tokens=req.max_tokens, truncated=truncated)
-    return await build_response(engine, req, packed, chunks, truncated, trace, limit=limit, embedding=embedding,
-                                window=question.window, lists=lists, ranked=candidates, db=ctx.db)
+    # the finish: one read of what the answer shows (chunks come from the top results, before packing), then
+    # the answer built from it
+    with trace.phase("source_fact_fetch") as details:
+        want = wanted(req, packed, top, candidates, lists)
+        shown = await read_shown(ctx.db, req.bank_id, want.ids, want.owners.keys(), want.chunk_ids)
+        details["rows"] = len(shown.rows)
+    return build_response(req, engine.tokens, packed, shown, want, truncated, trace, limit=limit,
+                          embedding=embedding, window=question.window, lists=lists, ranked=candidates)
 
 
 async def _question(req: RecallRequest, config: Any, now: datetime) -> Question:

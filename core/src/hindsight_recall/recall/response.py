@@ -1,17 +1,17 @@
-"""Shaping the answer: results, entities, chunks and the trace."""
+"""Shaping the answer: what it must read (:func:`wanted`), then results, entities, chunks and the trace
+built from what was read (:func:`build_response`), without reading anything."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, MutableSequence, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
-
+from ..tokens import TokenCounter
 from ..types import Candidate, Hit, MemoryRow, TimeWindow
-from .complete import Entities, fetch_rows_and_entities, fill, incomplete
+from .complete import Entities, Shown, fill, incomplete
 from .request import RecallRequest
-from .services import RecallServices
 from .trace import Trace
 
 
@@ -39,11 +39,37 @@ def result_json(
     return out
 
 
-async def build_response(
-    engine: RecallServices,
+@dataclass(frozen=True)
+class Wanted:
+    """What an answer needs read beyond the arms' rows (see :func:`~.complete.read_shown`)."""
+
+    #: memories to read whole: the shown rows an arm read in part, sources of observations, and with the
+    #: trace every row it names
+    ids: list[uuid.UUID]
+    #: memory -> the shown results it gives entities to (itself, and an observation's sources)
+    owners: dict[uuid.UUID, list[uuid.UUID]]
+    #: chunks of the top results, in rank order
+    chunk_ids: list[str]
+
+
+def wanted(req: RecallRequest, packed: Sequence[Candidate], top: Sequence[Candidate], ranked: Sequence[Candidate],
+           lists: Mapping[str, Sequence[Hit]]) -> Wanted:
+    """What the answer to ``req`` must read: one read after packing, so only shown rows are read whole."""
+    ids = [*incomplete(packed), *dict.fromkeys(s for c in packed for s in c.row.source_memory_ids)]
+    if req.trace:
+        ids += [*incomplete(ranked), *(h.row.id for hits in lists.values() for h in hits if not h.row.complete)]
+    owners = _entity_owners(packed) if req.include_entities is not None else {}
+    chunk_ids = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id)) \
+        if req.include_chunks is not None else []
+    return Wanted(list(dict.fromkeys(ids)), owners, chunk_ids)
+
+
+def build_response(
     req: RecallRequest,
+    tokens: TokenCounter,
     packed: list[Candidate],
-    chunks_json: dict[str, Any] | None,
+    shown: Shown,
+    want: Wanted,
     truncated: bool,
     trace: Trace,
     *,
@@ -52,42 +78,26 @@ async def build_response(
     window: TimeWindow | None,
     lists: Mapping[str, MutableSequence[Hit]],
     ranked: list[Candidate],
-    db: Any = None,
 ) -> dict[str, Any]:
-    """Fetch what the packed results need (whole rows, entities, source ids) and assemble the body.
-
-    ``db`` hands out the recall's connections (default: the engine's pool).
-    """
-    db = db or engine.db
-    entity_map: dict[uuid.UUID, list[str]] | None = None
-    entities_json: dict[str, Any] | None = None
+    """The answer's body from the packed candidates and what was read for them; reads nothing."""
+    fill(shown.rows, [*packed, *ranked], lists if req.trace else None)
+    packed = [c for c in packed if c.row.complete]  # a memory deleted since the arms read it
+    chunks_json = None
+    if req.include_chunks is not None:
+        with trace.phase("chunk_fetch") as details:
+            chunks_json = _chunks(req, tokens, want.chunk_ids, shown.chunks)
+            details["chunks"] = len(chunks_json)
     source_json: dict[str, Any] | None = None
     source_truncated: bool | None = None
-    with trace.phase("source_fact_fetch") as details:
-        sources = list(dict.fromkeys(s for c in packed for s in c.row.source_memory_ids))
-        # one statement: the shown rows' text and the sources, with their entities when asked for;
-        # with the trace, every row it names
-        wanted = [*incomplete(packed), *sources]
-        if req.trace:
-            wanted += [*incomplete(ranked), *(h.row.id for hits in lists.values() for h in hits if not h.row.complete)]
-        # observations inherit their sources' entities
-        owners = _entity_owners(packed) if req.include_entities is not None else {}
-        rows: dict[uuid.UUID, MemoryRow] = {}
-        unit_entities: Entities = {}
-        if wanted or owners:
-            async with db.connect() as conn:
-                rows, unit_entities = await fetch_rows_and_entities(conn, req.bank_id, wanted, owners.keys())
-            fill(rows, [*packed, *ranked], lists if req.trace else None)
-            packed = [c for c in packed if c.row.complete]  # a memory deleted since the arms read it
-        details["rows"] = len(rows)
-        if req.include_source_facts is not None:
-            source_json, source_truncated = _source_facts(engine, req, packed, rows)
-            details.update(source_facts=len(source_json), truncated=source_truncated)
-    external = {uid: row.external_id for uid, row in rows.items()}
+    if req.include_source_facts is not None:
+        source_json, source_truncated = _source_facts(req, tokens, packed, shown.rows)
+    entity_map: dict[uuid.UUID, list[str]] | None = None
+    entities_json: dict[str, Any] | None = None
     if req.include_entities is not None:
         with trace.phase("entity_build"):
-            entity_map, entities_json = _entities(engine, req, packed, owners, unit_entities)
+            entity_map, entities_json = _entities(req, tokens, packed, want.owners, shown.entities)
     trace.finish()
+    external = {uid: row.external_id for uid, row in shown.rows.items()}
     body: dict[str, Any] = {
         "results": [result_json(c, external, entity_map) for c in packed],
         "results_truncated": truncated,
@@ -103,7 +113,7 @@ async def build_response(
     return body
 
 
-def _source_facts(engine: RecallServices, req: RecallRequest, packed: list[Candidate],
+def _source_facts(req: RecallRequest, tokens: TokenCounter, packed: list[Candidate],
                   rows: Mapping[uuid.UUID, MemoryRow]) -> tuple[dict[str, Any], bool]:
     """Sources of packed observations in rank order, within the total and per-observation budgets."""
     budget, per_obs = req.include_source_facts or 0, req.source_facts_per_observation
@@ -115,7 +125,7 @@ def _source_facts(engine: RecallServices, req: RecallRequest, packed: list[Candi
             row = rows.get(uid)
             if row is None or row.external_id in out:
                 continue
-            cost = engine.tokens.count(row.text)
+            cost = tokens.count(row.text)
             if cost > budget or (per_obs >= 0 and spent + cost > per_obs):
                 truncated = True
                 continue
@@ -138,7 +148,7 @@ def empty_response(req: RecallRequest, trace: Trace) -> dict[str, Any]:
     }
 
 
-def _entity_owners(packed: list[Candidate]) -> dict[uuid.UUID, list[uuid.UUID]]:
+def _entity_owners(packed: Sequence[Candidate]) -> dict[uuid.UUID, list[uuid.UUID]]:
     """Memory -> the packed results it gives entities to: itself, and an observation's sources."""
     owners: dict[uuid.UUID, list[uuid.UUID]] = {}
     for c in packed:
@@ -148,7 +158,7 @@ def _entity_owners(packed: list[Candidate]) -> dict[uuid.UUID, list[uuid.UUID]]:
 
 
 def _entities(
-    engine: RecallServices, req: RecallRequest, packed: list[Candidate],
+    req: RecallRequest, tokens: TokenCounter, packed: list[Candidate],
     owners: Mapping[uuid.UUID, list[uuid.UUID]], unit_entities: Entities,
 ) -> tuple[dict[uuid.UUID, list[str]], dict[str, Any]]:
     """Each result's entity names (sorted, its sources' included) and the answer's entities within
@@ -168,7 +178,7 @@ def _entities(
         for name in per_unit[c.row.id]:
             if name in out:
                 continue
-            cost = engine.tokens.count(name)
+            cost = tokens.count(name)
             if used + cost > budget:
                 continue
             used += cost
@@ -176,31 +186,22 @@ def _entities(
     return per_unit, out
 
 
-async def fetch_chunks(engine: RecallServices, req: RecallRequest, top: list[Candidate], db: Any = None
-                       ) -> dict[str, Any]:
+def _chunks(req: RecallRequest, tokens: TokenCounter, order: Sequence[str], found: Mapping[str, tuple[str, int]]
+            ) -> dict[str, Any]:
     """Whole chunks in rank order while they fit; the first misfit is cut and the walk stops."""
-    order = list(dict.fromkeys(c.row.chunk_id for c in top if c.row.chunk_id))
-    if not order:
-        return {}
-    async with (db or engine.db).connect() as conn:
-        rows = await conn.execute(
-            text("SELECT chunk_id, chunk_text, chunk_index FROM chunks WHERE bank_id = :bank AND chunk_id = ANY(:ids)"),
-            {"bank": req.bank_id, "ids": order},
-        )
-    found = {r.chunk_id: r for r in rows}
     budget, out = req.include_chunks or 0, {}
     for chunk_id in order:
-        row = found.get(chunk_id)
-        if row is None:
+        if chunk_id not in found:
             continue
-        cost = engine.tokens.count(row.chunk_text)
+        chunk_text, index = found[chunk_id]
+        cost = tokens.count(chunk_text)
         if cost <= budget:
-            out[chunk_id] = {"id": chunk_id, "text": row.chunk_text, "chunk_index": row.chunk_index, "truncated": False}
+            out[chunk_id] = {"id": chunk_id, "text": chunk_text, "chunk_index": index, "truncated": False}
             budget -= cost
             continue
         if budget > 0:
-            out[chunk_id] = {"id": chunk_id, "text": engine.tokens.truncate(row.chunk_text, budget),
-                             "chunk_index": row.chunk_index, "truncated": True}
+            out[chunk_id] = {"id": chunk_id, "text": tokens.truncate(chunk_text, budget), "chunk_index": index,
+                             "truncated": True}
         break
     return out
 
