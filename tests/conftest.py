@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from hindsight_recall import Engine, load_settings  # noqa: E402
 from hindsight_recall.settings import Settings  # noqa: E402
+from hindsight_recall.testing.service import ServerThread  # noqa: E402
 
 #: tests(citus) sets it: without HINDSIGHT_TEST_DATABASE_URL, the run starts a coordinator and two workers
 CITUS_ENV = "HINDSIGHT_TEST_CITUS"
@@ -104,6 +105,22 @@ def make_settings(data_dir: Path) -> Callable[..., Settings]:
         return load_settings(**{**base, **overrides})
 
     return make
+
+
+@pytest.fixture(scope="module")
+def serve(make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Callable[..., ServerThread]]:
+    """Starts the HTTP service on 127.0.0.1 with settings overrides, on the run's database, or with
+    ``own_database=True`` on an embedded server of its own (for a module whose tests count every bank);
+    every service it started stops when the module ends."""
+    with contextlib.ExitStack() as stack:
+
+        def start(*, own_database: bool = False, **overrides: Any) -> ServerThread:
+            if own_database:
+                overrides["embedded_data_dir"] = tmp_path_factory.mktemp("service-pg") / "data"
+            return stack.enter_context(ServerThread(make_settings(**overrides)))
+
+        yield start
 
 
 @pytest.fixture(scope="session")

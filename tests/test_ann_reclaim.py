@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from hindsight_recall import Engine
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import Settings
 from hindsight_recall.store import ann, banks
+from hindsight_recall.testing.service import ServerThread
 from hindsight_recall.testing.slots import exact_world, load, nearest_world, synthetic, world_context
 from sqlalchemy import text
 
@@ -283,17 +284,6 @@ async def test_a_failed_drop_is_logged_and_the_next_call_drops_what_was_left(
     assert await _claims(slotted) == ({}, {})
 
 
-@contextlib.contextmanager
-def _service(settings: Settings) -> Iterator[str]:
-    from hindsight_recall.testing.service import ServerThread
-
-    running = ServerThread(settings).start()
-    try:
-        yield running.url
-    finally:
-        running.stop()
-
-
 async def test_the_services_deletes_give_slots_back(make_settings: Callable[..., Settings]) -> None:
     memories, vectors = synthetic(24, seed=77)
     memories = [replace(m, type="world", document_id="most" if i < 14 else "rest") for i, m in enumerate(memories)]
@@ -303,7 +293,7 @@ async def test_the_services_deletes_give_slots_back(make_settings: Callable[...,
             await load(engine, bank_id, ms, vectors)
         assert set((await _claims(engine))[0]) == {"documents", "typed", "whole"}
         stack = contextlib.ExitStack()
-        url = await asyncio.to_thread(stack.enter_context, _service(engine.settings))
+        url = (await asyncio.to_thread(stack.enter_context, ServerThread(engine.settings))).url
         try:
             async with httpx.AsyncClient(headers=EXTRAS, base_url=f"{url}/v1/default/banks", timeout=120) as http:
                 # a document's memories deleted: 10 left, half the threshold, and the slot stays

@@ -15,17 +15,14 @@ from typing import Any
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
+from hindsight_recall.testing.service import ServerThread
 
 DEEP = b"[" * 200_000 + b"]" * 200_000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.testing.service import serving
-
-    with serving(tmp_path_factory.mktemp("archives-pg") / "data", archive_max_entries=50,
-                 archive_max_bytes=20_000_000) as running:
-        yield running
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True, archive_max_entries=50, archive_max_bytes=20_000_000)
 
 
 @pytest.fixture

@@ -8,14 +8,15 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
-from hindsight_recall.settings import load_settings
+from hindsight_recall.settings import Settings, load_settings
+from hindsight_recall.testing.service import ServerThread
 
 KEY = "console-key-1"
 XSS = "<img src=x onerror=alert(1)> Carol keeps a <script>alert(2)</script> diary"
@@ -29,22 +30,9 @@ FACTS = [
 SHOTS = Path(os.environ.get("HINDSIGHT_CONSOLE_SHOTS") or tempfile.mkdtemp(prefix="console-shots-"))
 
 
-def _server(tmp_path_factory: pytest.TempPathFactory, name: str, **overrides: Any) -> Any:
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp(name) / "data"
-    settings = load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                             database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"), **overrides)
-    return ServerThread(settings).start()
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    running = _server(tmp_path_factory, "console-pg")
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True)
 
 
 @pytest.fixture(scope="module")
@@ -450,12 +438,8 @@ def test_a_text_filter_pages_without_counting_every_match(http: httpx.Client, ba
 
 
 @pytest.fixture(scope="module")
-def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    running = _server(tmp_path_factory, "console-key-pg", service_api_key=KEY)
-    try:
-        yield running
-    finally:
-        running.stop()
+def keyed(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(service_api_key=KEY)
 
 
 def test_the_key_is_asked_for_and_kept_in_a_strict_cookie(keyed: Any) -> None:
@@ -503,35 +487,23 @@ def test_a_login_expires_and_a_new_key_ends_every_login() -> None:
         assert not logins.valid(bad, now=1030)
 
 
-def test_rotating_the_key_logs_every_browser_out(tmp_path_factory: pytest.TempPathFactory) -> None:
-    first = _server(tmp_path_factory, "console-rotate-a", service_api_key=KEY)
-    try:
-        with httpx.Client(base_url=first.url) as c:
-            token = _form_token(c.get("/ui/login").text)
-            c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "/ui/"}, follow_redirects=False)
-            login = c.cookies["hindsight_console_login"]
-            assert c.get("/ui/", follow_redirects=False).status_code == 200
-    finally:
-        first.stop()
-    same, rotated = (_server(tmp_path_factory, f"console-rotate-{n}", service_api_key=k)
-                     for n, k in (("b", KEY), ("c", KEY + "-new")))
-    try:
-        for running, status in ((same, 200), (rotated, 303)):
-            with httpx.Client(base_url=running.url, cookies={"hindsight_console_login": login}) as c:
-                assert c.get("/ui/", follow_redirects=False).status_code == status
-    finally:
-        same.stop()
-        rotated.stop()
+def test_rotating_the_key_logs_every_browser_out(make_settings: Callable[..., Settings]) -> None:
+    with ServerThread(make_settings(service_api_key=KEY)) as first, httpx.Client(base_url=first.url) as c:
+        token = _form_token(c.get("/ui/login").text)
+        c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "/ui/"}, follow_redirects=False)
+        login = c.cookies["hindsight_console_login"]
+        assert c.get("/ui/", follow_redirects=False).status_code == 200
+    for key, status in ((KEY, 200), (KEY + "-new", 303)):
+        with (ServerThread(make_settings(service_api_key=key)) as running,
+              httpx.Client(base_url=running.url, cookies={"hindsight_console_login": login}) as c):
+            assert c.get("/ui/", follow_redirects=False).status_code == status
 
 
-def test_the_console_can_be_switched_off(tmp_path_factory: pytest.TempPathFactory) -> None:
-    running = _server(tmp_path_factory, "console-off-pg", console_enabled=False)
-    try:
+def test_the_console_can_be_switched_off(make_settings: Callable[..., Settings]) -> None:
+    with ServerThread(make_settings(console_enabled=False)) as running:
         for path in ("/ui", "/ui/", "/ui/login", "/ui/static/console.css", "/ui/banks/x"):
             assert httpx.get(f"{running.url}{path}").status_code == 404, path
         assert httpx.get(f"{running.url}/v1/default/banks").status_code == 200
-    finally:
-        running.stop()
 
 
 def test_the_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

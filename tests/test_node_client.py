@@ -12,10 +12,11 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hindsight_recall.testing.service import ServerThread
 
 NODE_DIR = Path(__file__).parent / "node"
 PACKAGE = "@vectorize-io/hindsight-client"
@@ -62,17 +63,8 @@ def counts(output: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("node-client-pg") / "data"
-    server = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                        database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def service_url(serve: Callable[..., ServerThread]) -> str:
+    return serve(own_database=True).url
 
 
 @pytest.fixture(scope="module")

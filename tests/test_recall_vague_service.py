@@ -3,13 +3,12 @@ gets the tagged memories back (the same questions as upstream's own client tests
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 
@@ -24,17 +23,8 @@ ITEMS = [
 
 
 @pytest.fixture(scope="module")
-def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("vague-pg") / "data"
-    server = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                        database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def service_url(serve: Callable[..., ServerThread]) -> str:
+    return serve(own_database=True).url
 
 
 @pytest.fixture(scope="module")

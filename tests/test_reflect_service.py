@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
-from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import openai_reply, openai_routes
 from hindsight_recall.testing.service import ServerThread
@@ -53,24 +52,15 @@ def fresh(llm: FixtureServer) -> None:
 
 
 @pytest.fixture(scope="module")
-def service(llm: FixtureServer, make_settings: Callable[..., Settings]) -> Iterator[str]:
-    server = ServerThread(make_settings(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
-                                        llm_model="stub-model", llm_max_retries=1, llm_initial_backoff=0.01,
-                                        llm_timeout=1.5)).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def service(llm: FixtureServer, serve: Callable[..., ServerThread]) -> str:
+    return serve(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY, llm_model="stub-model",
+                 llm_max_retries=1, llm_initial_backoff=0.01, llm_timeout=1.5).url
 
 
 @pytest.fixture(scope="module")
-def bare(make_settings: Callable[..., Settings]) -> Iterator[str]:
+def bare(serve: Callable[..., ServerThread]) -> str:
     """``serve`` with no LLM configured."""
-    server = ServerThread(make_settings()).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    return serve().url
 
 
 @pytest.fixture

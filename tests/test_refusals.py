@@ -10,24 +10,21 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
+from hindsight_recall.testing.service import ServerThread
 
 MAX_BODY = 8_000_000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.testing.service import serving
-
-    with serving(tmp_path_factory.mktemp("refusals-pg") / "data", service_max_body_bytes=MAX_BODY,
-                 service_max_sync_retain_items=50) as running:
-        yield running
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True, service_max_body_bytes=MAX_BODY, service_max_sync_retain_items=50)
 
 
 @pytest.fixture

@@ -22,12 +22,8 @@ READS = {("POST", f"/v1/default/banks/{{bank_id}}/{p}") for p in ("memories/reca
 
 
 @pytest.fixture(scope="module")
-def server(make_settings: Callable[..., Settings]) -> Iterator[Any]:
-    running = ServerThread(make_settings()).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve()
 
 
 @pytest.fixture
@@ -91,18 +87,14 @@ def test_a_deleted_banks_log_is_kept(http: httpx.Client) -> None:
 
 def test_the_api_key_is_kept_as_a_fingerprint(make_settings: Callable[..., Settings]) -> None:
     key = "audit-key-0123456789"
-    server = ServerThread(make_settings(service_api_key=key)).start()
-    try:
-        with httpx.Client(base_url=server.url, timeout=60,
-                          headers={**EXTRAS, "Authorization": f"Bearer {key}"}) as http:
-            b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
-            http.put(b, json={})
-            (entry,) = entries(http, b)
-            assert entry["metadata"]["api_key"].startswith("sha256:") and key not in str(entry)
-            whole = http.get(f"{b}/audit-logs/{entry['id']}").json()
-            assert key not in str(whole)
-    finally:
-        server.stop()
+    with (ServerThread(make_settings(service_api_key=key)) as server,
+          httpx.Client(base_url=server.url, timeout=60, headers={**EXTRAS, "Authorization": f"Bearer {key}"}) as http):
+        b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+        http.put(b, json={})
+        (entry,) = entries(http, b)
+        assert entry["metadata"]["api_key"].startswith("sha256:") and key not in str(entry)
+        whole = http.get(f"{b}/audit-logs/{entry['id']}").json()
+        assert key not in str(whole)
 
 
 def test_bad_reads_of_the_log(http: httpx.Client) -> None:
@@ -118,12 +110,9 @@ def test_bad_reads_of_the_log(http: httpx.Client) -> None:
 
 
 def test_switched_off_nothing_is_recorded(make_settings: Callable[..., Settings]) -> None:
-    server = ServerThread(make_settings(audit_log_enabled=False)).start()
-    try:
-        with httpx.Client(base_url=server.url, timeout=60, headers=EXTRAS) as http:
-            b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
-            http.put(b, json={})
-            assert entries(http, b) == []
-            assert http.get("/version").json()["features"]["audit_log"] is False
-    finally:
-        server.stop()
+    with (ServerThread(make_settings(audit_log_enabled=False)) as server,
+          httpx.Client(base_url=server.url, timeout=60, headers=EXTRAS) as http):
+        b = f"/v1/default/banks/audit-{uuid.uuid4().hex[:8]}"
+        http.put(b, json={})
+        assert entries(http, b) == []
+        assert http.get("/version").json()["features"]["audit_log"] is False

@@ -4,13 +4,12 @@ routes answered 501, and bank settings refused when out of range."""
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 import httpx  # noqa: E402
@@ -28,17 +27,8 @@ B = "/v1/default/banks"
 
 
 @pytest.fixture(scope="module")
-def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("banks-pg") / "data"
-    server = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                        database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def service_url(serve: Callable[..., ServerThread]) -> str:
+    return serve(own_database=True).url
 
 
 @pytest.fixture

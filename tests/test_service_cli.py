@@ -10,12 +10,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall.testing.service import ServerThread
 
 #: runs the command line, then reports whether the model stack was imported
 PROBE = (
@@ -45,17 +46,8 @@ def thin(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("service-cli-pg") / "data"
-    server = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                        database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def served(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 from hindsight_client_api.exceptions import ApiException  # noqa: E402
@@ -33,21 +33,9 @@ FACTS = [
 
 
 @pytest.fixture(scope="module")
-def service_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def service_url(serve: Callable[..., ServerThread]) -> str:
     """Upstream's URL when given; else our service on a fresh embedded server."""
-    if UPSTREAM:
-        yield UPSTREAM
-        return
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("service-pg") / "data"
-    server = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                        database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    return UPSTREAM or serve(own_database=True).url
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
-from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer
 from hindsight_recall.testing.llm_server import openai_routes
 from hindsight_recall.testing.service import ServerThread
@@ -26,13 +25,9 @@ def llm() -> Iterator[FixtureServer]:
 
 
 @pytest.fixture(scope="module")
-def server(llm: FixtureServer, make_settings: Callable[..., Settings]) -> Iterator[Any]:
-    running = ServerThread(make_settings(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
-                                         llm_model="stub-model", llm_max_retries=1, llm_timeout=5)).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(llm: FixtureServer, serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY, llm_model="stub-model",
+                 llm_max_retries=1, llm_timeout=5)
 
 
 @pytest.fixture

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
+from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 from hindsight_client_api import ApiClient, Configuration  # noqa: E402
@@ -29,17 +28,8 @@ ITEMS = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("service-entities-pg") / "data"
-    running = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                         database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True)
 
 
 @pytest.fixture(scope="module")

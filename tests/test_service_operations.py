@@ -10,13 +10,14 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
+from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 
@@ -25,20 +26,9 @@ CHUNK = 40
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("service-operations-pg") / "data"
-    settings = load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                             database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"),
-                             service_max_sync_retain_items=MAX_SYNC, service_operation_chunk_items=CHUNK,
-                             service_operation_workers=2)
-    running = ServerThread(settings).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True, service_max_sync_retain_items=MAX_SYNC, service_operation_chunk_items=CHUNK,
+                 service_operation_workers=2)
 
 
 @pytest.fixture(scope="module")

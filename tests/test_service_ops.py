@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +17,17 @@ from hindsight_recall.service.errors import classify, error_response
 from hindsight_recall.service.metrics import ServiceMetrics
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import load_settings
+from hindsight_recall.testing.service import ServerThread
 
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
     """Our service with a key, small limits and the JSON access log."""
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("service-ops-pg") / "data"
-    settings = load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                             database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"),
-                             service_api_key=KEY, service_max_body_bytes=20_000, service_max_query_bytes=200,
-                             service_max_recalls_in_flight=4, service_access_log="json", recall_max_query_tokens=50)
-    running = ServerThread(settings).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    return serve(own_database=True, service_api_key=KEY, service_max_body_bytes=20_000, service_max_query_bytes=200,
+                 service_max_recalls_in_flight=4, service_access_log="json", recall_max_query_tokens=50)
 
 
 @pytest.fixture(scope="module")

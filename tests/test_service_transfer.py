@@ -7,16 +7,15 @@ import asyncio
 import concurrent.futures
 import io
 import json
-import os
 import uuid
 import zipfile
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
+from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 from hindsight_client_api.exceptions import ApiException  # noqa: E402
@@ -38,18 +37,8 @@ MEMORIES = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
-
-    data = tmp_path_factory.mktemp("transfer-pg") / "data"
-    running = ServerThread(load_settings(embedded_data_dir=Path(data), reranker_provider="rrf",
-                                         service_max_body_bytes=2_000_000,
-                                         database_url=os.environ.get("HINDSIGHT_TEST_DATABASE_URL"))).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(own_database=True, service_max_body_bytes=2_000_000)
 
 
 @pytest.fixture(scope="module")
@@ -418,27 +407,23 @@ def test_alias_changes_reach_other_processes(server: Any, http: httpx.Client) ->
     import time
 
     from hindsight_recall.settings import load_settings
-    from hindsight_recall.testing.service import ServerThread
 
     bank = new_bank(http)
     alias = f"al-{uuid.uuid4().hex[:8]}"
-    other = ServerThread(load_settings(database_url=server.engine.db.url, reranker_provider="rrf")).start()
-    try:
-        with httpx.Client(headers=EXTRAS, base_url=other.url, timeout=60) as second:
-            assert second.get(f"/v1/default/banks/{alias}/stats").status_code == 404  # starts its listener
-            time.sleep(0.5)
-            http.post(f"/v1/default/banks/{bank}/aliases", json={"alias": alias}).raise_for_status()
-            deadline = time.monotonic() + 5
-            while second.get(f"/v1/default/banks/{alias}/stats").status_code != 200:
-                assert time.monotonic() < deadline, "the second server never saw the alias"
-                time.sleep(0.05)
-            http.delete(f"/v1/default/banks/{bank}/aliases/{alias}").raise_for_status()
-            deadline = time.monotonic() + 5
-            while second.get(f"/v1/default/banks/{alias}/stats").status_code != 404:
-                assert time.monotonic() < deadline, "the second server kept a deleted alias"
-                time.sleep(0.05)
-    finally:
-        other.stop()
+    with (ServerThread(load_settings(database_url=server.engine.db.url, reranker_provider="rrf")) as other,
+          httpx.Client(headers=EXTRAS, base_url=other.url, timeout=60) as second):
+        assert second.get(f"/v1/default/banks/{alias}/stats").status_code == 404  # starts its listener
+        time.sleep(0.5)
+        http.post(f"/v1/default/banks/{bank}/aliases", json={"alias": alias}).raise_for_status()
+        deadline = time.monotonic() + 5
+        while second.get(f"/v1/default/banks/{alias}/stats").status_code != 200:
+            assert time.monotonic() < deadline, "the second server never saw the alias"
+            time.sleep(0.05)
+        http.delete(f"/v1/default/banks/{bank}/aliases/{alias}").raise_for_status()
+        deadline = time.monotonic() + 5
+        while second.get(f"/v1/default/banks/{alias}/stats").status_code != 404:
+            assert time.monotonic() < deadline, "the second server kept a deleted alias"
+            time.sleep(0.05)
 
 
 def test_temporal_links_in_an_archive_are_not_stored(http: httpx.Client) -> None:

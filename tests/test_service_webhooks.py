@@ -15,7 +15,6 @@ import httpx
 import pytest
 from hindsight_recall.service.webhook_delivery import sign, sign_v2
 from hindsight_recall.service.wire import EXTRAS
-from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply, Request
 from hindsight_recall.testing.service import ServerThread
 
@@ -30,12 +29,8 @@ def receiver() -> Iterator[FixtureServer]:
 
 
 @pytest.fixture(scope="module")
-def server(make_settings: Callable[..., Settings]) -> Iterator[Any]:
-    running = ServerThread(make_settings(webhook_allowed_hosts="127.0.0.1", webhook_retry_delays=(0.1, 0.1))).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(webhook_allowed_hosts="127.0.0.1", webhook_retry_delays=(0.1, 0.1))
 
 
 @pytest.fixture

@@ -135,15 +135,10 @@ def llm() -> Iterator[FixtureServer]:
 
 
 @pytest.fixture(scope="module")
-def server(llm: FixtureServer, make_settings: Callable[..., Settings]) -> Iterator[Any]:
-    running = ServerThread(make_settings(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
-                                         llm_model="stub-model", llm_max_retries=1, llm_timeout=5,
-                                         # no worker: queued operations stay pending, to be cancelled and retried
-                                         service_operation_workers=0)).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def server(llm: FixtureServer, serve: Callable[..., ServerThread]) -> ServerThread:
+    return serve(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY, llm_model="stub-model",
+                 llm_max_retries=1, llm_timeout=5,
+                 service_operation_workers=0)  # no worker: queued operations stay pending, to be cancelled and retried
 
 
 #: every answer checked in this module, by operation (the last test reads it)

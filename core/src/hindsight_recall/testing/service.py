@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -64,22 +61,11 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(timeout=60)
 
+    def __enter__(self) -> ServerThread:
+        return self.start()
 
-@contextlib.contextmanager
-def serving(data_dir: Path, **settings: Any) -> Iterator[ServerThread]:
-    """A :class:`ServerThread` for a test module: on the run's database (``HINDSIGHT_TEST_DATABASE_URL``)
-    or an embedded server in ``data_dir``, passthrough reranking, the given settings; stopped afterwards."""
-    import os
-
-    from hindsight_recall.settings import load_settings
-
-    running = ServerThread(load_settings(**{"embedded_data_dir": data_dir, "reranker_provider": "rrf",
-                                            "database_url": os.environ.get("HINDSIGHT_TEST_DATABASE_URL"),
-                                            **settings})).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class ServeProcess:
