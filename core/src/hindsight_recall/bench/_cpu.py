@@ -13,8 +13,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-
 from ..recall import cost
 from ..recall.trace import phase_sink
 
@@ -34,9 +32,7 @@ def postmaster_of_backend(pid: int) -> int | None:
 
 async def postmaster(engine: Any) -> int | None:
     """The postmaster pid of the engine's database server, when it runs on this machine."""
-    async with engine.db.connect() as conn:
-        pid = await conn.scalar(text("SELECT pg_backend_pid()"))
-    return postmaster_of_backend(int(pid))
+    return postmaster_of_backend(await engine.diagnostics.backend_pid())
 
 
 def postmaster_of_data_dir(path: Path) -> int | None:

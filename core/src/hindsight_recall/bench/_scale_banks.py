@@ -15,21 +15,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..errors import redact
-from ..store import banks
 from .synthetic import SyntheticBank, split
 
 #: the stride of bench/banks.py: a prime, so that consecutive questions go to different banks and
 #: every bank is asked before one is asked twice (for fewer than 7,919 banks)
 STRIDE = 7919
-
-_TOTAL_SIZE = text("SELECT pg_total_relation_size(CAST(:t AS regclass))")
-#: on a coordinator the tables hold no rows: the size of every shard on every node
-_CITUS_TOTAL_SIZE = text("SELECT citus_total_relation_size(CAST(:t AS regclass))")
 
 
 def run_prefix() -> str:
@@ -95,11 +89,11 @@ async def bench_engine(make: Callable[..., Any], database_url: str | None, data_
 
 
 async def delete_banks(engine: Any, bank_ids: Sequence[str]) -> int:
-    """Delete each of ``bank_ids`` that exists, one transaction per bank; how many existed."""
+    """Delete each of ``bank_ids`` that exists, one call per bank (its index slot, if any, given back);
+    how many existed."""
     deleted = 0
     for bank_id in bank_ids:
-        async with engine.db.connect() as conn:
-            deleted += await banks.delete_bank(conn, bank_id)
+        deleted += await engine.delete_bank(bank_id)
     return deleted
 
 
@@ -111,20 +105,6 @@ async def share_on_disk(engine: Any, bank_ids: Sequence[str], tables: Sequence[s
     coordinator the size is ``citus_total_relation_size`` (every shard on every node).
     """
     shared = engine.settings.database_url is not None
-    size_of = _CITUS_TOTAL_SIZE if engine.db.citus else _TOTAL_SIZE
-    ids = {"b": list(bank_ids)}
-    sizes: dict[str, int] = {}
-    async with engine.db.connect() as conn:
-        quote = conn.dialect.identifier_preparer.quote
-        for table in tables:
-            total = int(await conn.scalar(size_of, {"t": table}) or 0)
-            if shared:
-                ours, rows = (await conn.execute(text(
-                    f"SELECT sum(CAST(bank_id = ANY(CAST(:b AS text[])) AS int)), count(*) FROM {quote(table)}"
-                ), ids)).one()
-                total = round(total * int(ours or 0) / rows) if rows else 0
-            sizes[table] = total
-        links = int(await conn.scalar(text(
-            "SELECT count(*) FROM memory_links WHERE bank_id = ANY(CAST(:b AS text[]))"), ids))
-    return {"bytes": sizes, "links": links, "shared_with_other_banks": shared,
-            "size_function": "citus_total_relation_size" if engine.db.citus else "pg_total_relation_size"}
+    found = await engine.diagnostics.disk_share(bank_ids, tables, shared=shared)
+    return {"bytes": found["bytes"], "links": found["links"], "shared_with_other_banks": shared,
+            "size_function": found["size_function"]}

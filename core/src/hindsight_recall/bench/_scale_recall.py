@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ..recall import cost
-from ..store import banks
 from ._cpu import PhaseCpu, Stretch, describe
 from .synthetic import BenchQuery
 
@@ -79,8 +78,7 @@ async def recall_once(engine: Any, bank_id: str, q: BenchQuery, budget: str,
 
 async def configure(engine: Any, bank_ids: list[str], values: dict[str, Any]) -> None:
     for bank_id in bank_ids:
-        async with engine.db.connect() as conn:
-            await banks.set_bank_config(conn, bank_id, dict(values))
+        await engine.bank_config.update(bank_id, values)
 
 
 async def latency(engine: Any, bank_ids: list[str], jobs: list[Job], budgets: list[str],

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import text
 
 from .scale import QueryVectors, percentiles
 from .synthetic import START, generate
@@ -91,10 +90,7 @@ async def run(out: Path, queries: int, data_dir: Path, keep: bool = False) -> di
     async with engine:
         await engine.delete_bank(BANK)
         stats = await engine.retain_many({BANK: memories}, embeddings={BANK: vectors.tolist()}, progress=False)
-        async with engine.db.connect() as conn:
-            by_type: dict[str, int] = dict((await conn.execute(text(
-                "SELECT link_type, count(*) FROM memory_links WHERE bank_id = :b GROUP BY 1"), {"b": BANK})).all())
-            pairs = await conn.scalar(text("SELECT count(*) FROM unit_entities WHERE bank_id = :b"), {"b": BANK})
+        by_type, pairs = await engine.diagnostics.link_counts(BANK)
         links = sum(by_type.values())
         result.update(links=links, links_by_type=by_type, links_per_memory=round(links / len(memories), 1),
                       entity_pairs=pairs, retain_seconds=round(stats.seconds, 1))

@@ -13,7 +13,6 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..jsonl import read_jsonl
-from ..store import banks
 from ..testing.scores import ALL_KS as ALL_KS
 from ..testing.scores import KS as KS
 from ..testing.scores import score_query as score_query  # re-exported: how bench recall scores a query
@@ -79,14 +78,13 @@ async def run_locomo(
     baseline_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     skipped = 0
     async with engine:
-        async with engine.db.connect() as conn:
-            existing = [b for b in batches if await banks.bank_config(conn, b) is not None]
-            if existing and not replace:
-                raise InvalidRequest("bank", f"{len(existing)} bank(s) of this split already exist "
-                                             f"({', '.join(map(repr, existing[:3]))}); pass --replace to delete "
-                                             "and reload them", status=409)
-            for bank_id in existing:
-                await banks.delete_bank(conn, bank_id)
+        existing = [b for b in batches if await engine.bank_config.get(b) is not None]
+        if existing and not replace:
+            raise InvalidRequest("bank", f"{len(existing)} bank(s) of this split already exist "
+                                         f"({', '.join(map(repr, existing[:3]))}); pass --replace to delete "
+                                         "and reload them", status=409)
+        for bank_id in existing:
+            await engine.delete_bank(bank_id)
         stats = await engine.retain_many(dict(batches), lines=dict(lines))
         echo(f"retained {stats.memories} memories into {stats.banks} banks in {stats.seconds:.1f} s "
              f"({stats.per_second:.0f}/s, embedding {stats.embedding_seconds:.1f} s, links {stats.link_seconds:.2f} s)")

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", type=Path, default=Path("ops.json"))
     args = parser.parse_args(argv)
 
-    from ..store import embedded
+    from ..engine import server as embedded
     from ..testing.service import ServeProcess
 
     work = Path(tempfile.mkdtemp(prefix="bench-ops-"))

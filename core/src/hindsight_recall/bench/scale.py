@@ -31,8 +31,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-
 from . import _scale_recall as timed
 from ._cpu import postmaster as postmaster_of
 from ._scale_banks import bench_engine, check_database_url, round_robin, run_prefix, share_on_disk, spread
@@ -47,6 +45,8 @@ __all__ = ["CONFIGS", "QueryVectors", "ScaleOptions", "int_list", "machine", "pe
 TABLES = ("memory_units", "memory_links", "unit_entities", "entities", "chunks", "observation_sources",
           "documents", "term_stats")
 EMBED_SAMPLE = 1000
+#: the server settings a report shows: what sizes a recall's and a build's work
+SERVER_SETTINGS = ("shared_buffers", "work_mem", "max_parallel_maintenance_workers", "max_parallel_workers_per_gather")
 
 
 @dataclass
@@ -217,7 +217,7 @@ async def _one_size(n: int, options: ScaleOptions, echo: Callable[[str], None], 
                 engine = await opened.enter_async_context(
                     bench_engine(make, url, base / f"scale-{n}", bank_ids, options.keep))
                 result["server"] = await _server(engine)
-                result["target"] = ("citus" if engine.db.citus else "server") if url else "embedded"
+                result["target"] = ("citus" if engine.diagnostics.citus else "server") if url else "embedded"
                 # the server's name in every line once a run may measure two
                 tag = f"[{n:,} {result['target']}]" if options.database_url else f"[{n:,}]"
                 engines.append((engine, tag))
@@ -259,18 +259,9 @@ async def _measure(engine: Any, bank_ids: list[str], qs: list[BenchQuery], optio
 
 
 async def _server(engine: Any) -> dict[str, Any]:
-    async with engine.db.connect() as conn:
-        version = await conn.scalar(text("SHOW server_version"))
-        vector = await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
-        names = ("shared_buffers", "work_mem", "max_parallel_maintenance_workers",
-                 "max_parallel_workers_per_gather")
-        knobs = {k: await conn.scalar(text(f"SHOW {k}")) for k in names}
-        citus = {}
-        if engine.db.citus:
-            citus = {"citus": await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")),
-                     "workers": int(await conn.scalar(text("SELECT count(*) FROM citus_get_active_worker_nodes()")))}
-    return {"version": f"PostgreSQL {version}, pgvector {vector}", "settings": knobs,
-            "embedded": engine.settings.database_url is None, **citus}
+    found = await engine.diagnostics.server(SERVER_SETTINGS)
+    return {"version": found.pop("version"), "settings": found.pop("settings"),
+            "embedded": engine.settings.database_url is None, **found}
 
 
 async def _ingest(engine: Any, parts: dict[str, tuple[Sequence[Any], Any]], options: ScaleOptions,

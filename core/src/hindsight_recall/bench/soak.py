@@ -260,7 +260,7 @@ async def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) ->
                 server.kill()
                 server.wait()
     if not options.database_url:
-        from ..store import embedded
+        from ..engine import server as embedded
 
         with contextlib.suppress(Exception):
             embedded.stop_server(work / "pg")

@@ -18,112 +18,42 @@ import logging
 import platform
 import shutil
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
-
-from ..engine import Engine
+from ..engine import Engine, older_schema
 from ..settings import load_settings
-from ..store import schema
-from ..store.db import Database
 
 #: the schema version the upgrade starts from
 FROM_VERSION = 7
 DIMENSIONS = 384
-#: rows per generating INSERT (each its own transaction)
-LOAD_BATCH = 50_000
-#: memories per document, so that migration 9 has places to compute
-DOCUMENT_ROWS = 20
 
 
-async def build(db: Database, memories: int, bank_size: int) -> float:
-    """Create schema 1..7 with the native text-search column, then generate ``memories`` rows."""
+async def build(db: older_schema.Database, memories: int, bank_size: int) -> float:
+    """Create schema 1..7 with the native text-search column, then generate ``memories`` rows; the seconds taken.
+
+    :param db: an empty database, opened without migrating (:func:`hindsight_recall.engine.older_schema.opened`).
+    """
     started = time.perf_counter()
-    async with db.connect() as conn:
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS hindsight_meta "
-                                "(key text PRIMARY KEY, value text NOT NULL)"))
-        await conn.execute(text("CREATE TABLE IF NOT EXISTS hindsight_migrations "
-                                "(version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"))
-        for version in range(1, FROM_VERSION + 1):
-            for statement in schema.MIGRATIONS[version](DIMENSIONS):
-                await conn.execute(text(statement))
-            await conn.execute(text("INSERT INTO hindsight_migrations (version) VALUES (:v)"), {"v": version})
-        await conn.execute(text("ALTER TABLE memory_units ADD COLUMN search_vector tsvector"))
-        await conn.execute(text("CREATE INDEX idx_memory_units_text_search ON memory_units USING gin (search_vector)"))
-        await conn.execute(text("INSERT INTO hindsight_meta VALUES ('text_search_extension', 'native')"))
-        await conn.execute(text(
-            "INSERT INTO banks (bank_id, internal_id) SELECT 'bank-' || b, gen_random_uuid() "
-            "FROM generate_series(0, :n - 1) b"), {"n": -(-memories // bank_size)})
-    for first in range(0, memories, LOAD_BATCH):
-        async with db.connect() as conn:
-            await conn.execute(text("SET LOCAL statement_timeout = 0"))
-            # the vector subquery names g, so it is evaluated per row, not once
-            await conn.execute(text(f"""
-                INSERT INTO memory_units (id, bank_id, external_id, fact_type, text, embedding, occurred_start,
-                    occurred_end, mentioned_at, event_date, document_id, search_vector, created_at)
-                SELECT gen_random_uuid(), 'bank-' || (g / CAST(:bank_size AS int)),
-                       'D' || (g / {DOCUMENT_ROWS}) || ':' || (g % {DOCUMENT_ROWS}),
-                       (ARRAY['world', 'experience', 'observation'])[1 + g % 3],
-                       'memory ' || g || ' about topic ' || (g % 997) || ' and place ' || (g % 131),
-                       (SELECT array_agg(random() - 0.5) FROM generate_series(1, {DIMENSIONS}) WHERE g >= 0)::vector,
-                       d, d + interval '1 hour', d, d, 'doc-' || (g / {DOCUMENT_ROWS}),
-                       to_tsvector('english', 'memory ' || g || ' about topic ' || (g % 997)),
-                       now() - (g / {DOCUMENT_ROWS} % 1000) * interval '1 second'
-                FROM generate_series(CAST(:first AS int), CAST(:last AS int)) g
-                CROSS JOIN LATERAL (SELECT timestamptz '2020-01-01' + (g % 1500) * interval '1 day') AS t(d)
-            """), {"bank_size": bank_size, "first": first, "last": min(first + LOAD_BATCH, memories) - 1})
-        print(f"  loaded {min(first + LOAD_BATCH, memories):,} rows", flush=True)
-    await db.vacuum_analyze(["memory_units", "banks"])
+    await older_schema.build(db, FROM_VERSION, memories, bank_size, dimensions=DIMENSIONS,
+                             loaded=lambda rows: print(f"  loaded {rows:,} rows", flush=True))
     return time.perf_counter() - started
-
-
-def probe(url: str, stop: threading.Event, interval: float, out: dict[str, Any]) -> None:
-    """Read one memory by its key every ``interval`` s on a plain connection; record the slowest read."""
-    import psycopg
-
-    slowest, reads = 0.0, 0
-    with psycopg.connect(url, autocommit=True) as conn:
-        while not stop.is_set():
-            began = time.perf_counter()
-            conn.execute("SELECT text FROM memory_units WHERE bank_id = 'bank-1' AND external_id = 'D501:1'").fetchone()
-            slowest = max(slowest, time.perf_counter() - began)
-            reads += 1
-            stop.wait(interval)
-    out.update(probe_reads=reads, probe_slowest_seconds=round(slowest, 3))
 
 
 async def run(memories: int, bank_size: int, data_dir: Path, probe_interval: float) -> dict[str, Any]:
     settings = load_settings(embedded_data_dir=data_dir, database_url=None, reranker_provider="rrf")
-    db = Database(settings)
-    await db.open()
-    try:
+    async with older_schema.opened(settings) as db:
         build_seconds = await build(db, memories, bank_size)
-    finally:
-        url = db.url
-    print(f"built schema {FROM_VERSION} with {memories:,} memories in {build_seconds:.0f} s", flush=True)
-    result: dict[str, Any] = {"memories": memories, "bank_size": bank_size, "from_version": FROM_VERSION,
-                              "to_version": max(schema.MIGRATIONS), "build_seconds": round(build_seconds, 1)}
-    stop = threading.Event()
-    watcher = threading.Thread(target=probe, args=(url.replace("postgresql+psycopg", "postgresql"), stop,
-                                                   probe_interval, result))
-    watcher.start()
-    started = time.perf_counter()
-    try:
-        async with Engine(settings) as engine:
-            result["upgrade_seconds"] = round(time.perf_counter() - started, 1)
-            async with engine.db.connect() as conn:
-                result["ann_rows"] = await conn.scalar(text("SELECT count(*) FROM memory_units WHERE ann"))
-                result["positioned_rows"] = await conn.scalar(
-                    text("SELECT count(*) FROM memory_units WHERE position IS NOT NULL"))
-                result["invalid_indexes"] = await conn.scalar(
-                    text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
-    finally:
-        stop.set()
-        watcher.join()
-        await db.close()
+        print(f"built schema {FROM_VERSION} with {memories:,} memories in {build_seconds:.0f} s", flush=True)
+        result: dict[str, Any] = {"memories": memories, "bank_size": bank_size, "from_version": FROM_VERSION,
+                                  "to_version": older_schema.LATEST, "build_seconds": round(build_seconds, 1)}
+        with older_schema.reads_watched(db, probe_interval) as reads:
+            started = time.perf_counter()
+            async with Engine(settings):
+                result["upgrade_seconds"] = round(time.perf_counter() - started, 1)
+                result.update(await older_schema.upgraded(db))
+        result.update(reads)
     return result
 
 

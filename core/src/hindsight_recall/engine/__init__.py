@@ -34,6 +34,8 @@ from ..tokens import TokenCounter
 from ..types import Memory
 from .aliases import Aliases
 from .audit import Audit
+from .bank_config import BankConfig
+from .diagnostics import Diagnostics
 from .directives import Directives
 from .entities import Entities
 from .graph import Graph
@@ -100,6 +102,8 @@ class Engine:
         self.observations = Observations(self.db)
         self.aliases = Aliases(self.db)
         self.audit = Audit(self.db)
+        self.bank_config = BankConfig(self.db)
+        self.diagnostics = Diagnostics(self.db)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""
