@@ -40,6 +40,7 @@ from .banks import Banks
 from .directives import Directives
 from .entities import Entities
 from .graph import Graph
+from .memories import Memories
 from .observations import Observations
 from .webhooks import Webhooks
 
@@ -98,6 +99,7 @@ class Engine:
         # the engine's parts, by capability: each call takes its own connection and transaction
         self.banks = Banks(self.db)
         self.directives = Directives(self.db)
+        self.memories = Memories(self.db)
         self.webhooks = Webhooks(self.db)
         self.entities = Entities(self.db)
         self.graph = Graph(self.db)
