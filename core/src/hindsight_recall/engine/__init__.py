@@ -38,6 +38,7 @@ from .aliases import Aliases
 from .audit import Audit
 from .banks import Banks
 from .directives import Directives
+from .documents import Documents
 from .entities import Entities
 from .graph import Graph
 from .memories import Memories
@@ -100,6 +101,7 @@ class Engine:
         self.banks = Banks(self.db)
         self.directives = Directives(self.db)
         self.memories = Memories(self.db)
+        self.documents = Documents(self.db)
         self.webhooks = Webhooks(self.db)
         self.entities = Entities(self.db)
         self.graph = Graph(self.db)
