@@ -43,6 +43,8 @@ from .entities import Entities
 from .graph import Graph
 from .memories import Memories
 from .observations import Observations
+from .templates import Templates
+from .transfers import Transfers
 from .webhooks import Webhooks
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,8 @@ class Engine:
         self.directives = Directives(self.db)
         self.memories = Memories(self.db)
         self.documents = Documents(self.db)
+        self.transfers = Transfers(self.db)
+        self.templates = Templates(self.db)
         self.webhooks = Webhooks(self.db)
         self.entities = Entities(self.db)
         self.graph = Graph(self.db)
