@@ -168,8 +168,6 @@ def bank() -> None:
 @cli_remote.API_KEY
 def bank_config(bank_id: str, assignments: tuple[str, ...], url: str | None, api_key: str | None) -> None:
     """Show or set BANK_ID's setting overrides: NAME=VALUE (NAME= removes one)."""
-    from .store import banks
-
     values: dict[str, Any] = {}
     for item in assignments:
         name, sep, value = item.partition("=")
@@ -180,10 +178,10 @@ def bank_config(bank_id: str, assignments: tuple[str, ...], url: str | None, api
     async def go() -> dict[str, Any]:
         if url:
             return await _sync(cli_remote.bank_config, url, api_key, bank_id, values)
-        async with open_engine() as engine, engine.db.connect() as conn:
+        async with open_engine() as engine:
             if values:
-                return await banks.set_bank_config(conn, bank_id, values)
-            return await banks.bank_config(conn, bank_id) or {}
+                return await engine.banks.configure(bank_id, values)  # type: ignore[no-any-return]
+            return await engine.banks.config(bank_id) or {}
 
     click.echo(json.dumps(run(go), indent=2))
 
@@ -197,13 +195,13 @@ def server() -> None:
 
 
 def _server_data_dir(data_dir: Path | None) -> Path:
+    from .embedded_server import data_dir as resolve
     from .settings import load_settings
-    from .store import embedded
 
     settings = load_settings()
     if settings.database_url and data_dir is None:
         raise click.ClickException("HINDSIGHT_API_DATABASE_URL is set, so no embedded server is used")
-    return embedded.resolve(data_dir or settings.embedded_data_dir)
+    return resolve(data_dir or settings.embedded_data_dir)
 
 
 _DATA_DIR = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -214,10 +212,10 @@ _DATA_DIR = click.option("--data-dir", type=click.Path(file_okay=False, path_typ
 @_DATA_DIR
 def server_status(data_dir: Path | None) -> None:
     """Show whether the embedded server runs, its socket and the processes using it."""
-    from .store import embedded
+    from . import embedded_server
 
     path = _server_data_dir(data_dir)
-    found = embedded.status(path)
+    found = embedded_server.status(path)
     if found is None:
         click.echo(f"not running (data dir {path})")
         return
@@ -229,10 +227,10 @@ def server_status(data_dir: Path | None) -> None:
 @_DATA_DIR
 def server_stop(data_dir: Path | None) -> None:
     """Stop the embedded server now (fast shutdown: open sessions are disconnected)."""
-    from .store import embedded
+    from . import embedded_server
 
     path = _server_data_dir(data_dir)
-    click.echo(f"stopped the server in {path}" if embedded.stop_server(path) else f"not running (data dir {path})")
+    click.echo(f"stopped the server in {path}" if embedded_server.stop(path) else f"not running (data dir {path})")
 
 
 @main.group()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -29,20 +27,13 @@ def open_engine(*, long_lived: bool = False) -> Any:
     The embedded server starts on a thread first, while the engine's modules import: each takes
     about 0.7 s in a new process, and the server runs in processes of its own.
     """
+    from .embedded_server import start_ahead
     from .settings import load_settings
 
     settings = load_settings()
     if settings.database_url is None:
-        threading.Thread(target=_start_server, args=(settings,), name="hindsight-db-start", daemon=True).start()
+        start_ahead(settings)
     from .engine import Engine  # late: keeps `--help` and `plugins` fast
 
     return Engine(settings, warm_date_finder=long_lived)
 
-
-def _start_server(settings: Any) -> None:
-    """Join the embedded server as a user of this process, released at exit (``embedded`` stops it
-    then if no other process uses it); the engine's own start joins the same server."""
-    from .store import embedded
-
-    with contextlib.suppress(Exception):  # the engine's start reports what went wrong
-        embedded.start(settings.embedded_data_dir, settings.server_settings())

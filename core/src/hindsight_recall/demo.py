@@ -10,7 +10,6 @@ from typing import Any
 
 from .errors import InvalidRequest
 from .jsonl import parse_lines
-from .store import banks
 
 ARMS = ("semantic", "keyword", "graph", "temporal")
 
@@ -43,11 +42,11 @@ async def run_demo(
     An existing bank is an error unless ``replace`` is set; then it is deleted first.
     """
     async with engine:
-        async with engine.db.connect() as conn:
-            if not replace and await banks.bank_config(conn, bank_id) is not None:
-                raise InvalidRequest("bank", f"{bank_id!r} already exists; pass --replace to delete and reload "
-                                             "it, or choose another --bank", status=409)
-            await banks.delete_bank(conn, bank_id)
+        if replace:
+            await engine.delete_bank(bank_id)
+        elif await engine.banks.exists(bank_id):
+            raise InvalidRequest("bank", f"{bank_id!r} already exists; pass --replace to delete and reload it, "
+                                         "or choose another --bank", status=409)
         stats = await engine.retain(bank_id, sample_bank())
         echo(f"Loaded {stats.memories} memories into bank {bank_id!r} in {stats.seconds:.2f} s "
              f"({stats.links} links).")

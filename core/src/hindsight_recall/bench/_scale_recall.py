@@ -78,7 +78,7 @@ async def recall_once(engine: Any, bank_id: str, q: BenchQuery, budget: str,
 
 async def configure(engine: Any, bank_ids: list[str], values: dict[str, Any]) -> None:
     for bank_id in bank_ids:
-        await engine.bank_config.update(bank_id, values)
+        await engine.banks.configure(bank_id, values)
 
 
 async def latency(engine: Any, bank_ids: list[str], jobs: list[Job], budgets: list[str],

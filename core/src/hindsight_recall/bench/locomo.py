@@ -78,7 +78,7 @@ async def run_locomo(
     baseline_rows: dict[str, list[dict[str, float]]] = defaultdict(list)
     skipped = 0
     async with engine:
-        existing = [b for b in batches if await engine.bank_config.get(b) is not None]
+        existing = [b for b in batches if await engine.banks.exists(b)]
         if existing and not replace:
             raise InvalidRequest("bank", f"{len(existing)} bank(s) of this split already exist "
                                          f"({', '.join(map(repr, existing[:3]))}); pass --replace to delete "

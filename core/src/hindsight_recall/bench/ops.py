@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", type=Path, default=Path("ops.json"))
     args = parser.parse_args(argv)
 
-    from ..engine import server as embedded
+    from .. import embedded_server
     from ..testing.service import ServeProcess
 
     work = Path(tempfile.mkdtemp(prefix="bench-ops-"))
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     url = os.environ.get("HINDSIGHT_API_DATABASE_URL")
     data = None if url else work / "pg"
     if data is not None:
-        url = embedded.start(data)
+        url = embedded_server.join(data)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HINDSIGHT_API_")}
     env.update({"HINDSIGHT_API_DATABASE_URL": str(url), "HINDSIGHT_API_RERANKER_PROVIDER": "rrf",
                 "HINDSIGHT_API_SERVICE_MAX_SYNC_RETAIN_ITEMS": str(max(args.sync_batch, 1))})
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         for server in servers:
             server.stop()
         if data is not None:
-            embedded.stop(data)
+            embedded_server.leave(data)
     report["load_average_after"] = list(os.getloadavg())
     args.json_out.write_text(json.dumps(report, indent=2))
     print(f"load average {report['load_average_after']}; wrote {args.json_out}")

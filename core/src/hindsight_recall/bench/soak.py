@@ -260,10 +260,10 @@ async def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) ->
                 server.kill()
                 server.wait()
     if not options.database_url:
-        from ..engine import server as embedded
+        from .. import embedded_server
 
         with contextlib.suppress(Exception):
-            embedded.stop_server(work / "pg")
+            embedded_server.stop(work / "pg")
     shutil.rmtree(work if options.log else work / "pg", ignore_errors=True)  # the log stays, if it is in there
     report = {
         "options": {"minutes": options.minutes, "clients": options.clients, "banks": options.banks,

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..engine.banks import PERIODS, SERIES_FIELDS
 from ..errors import BankNotFound
-from ..store import bank_reads, banks
 from ..types import FACT_TYPES
 from .base import bank_of, body_of, endpoint, engine_of, int_query, text_query
 from .schemas import BANK_TOGGLES, BackgroundBody, BankConfigBody, CreateBankBody, DispositionBody
@@ -44,16 +42,14 @@ async def list_banks(request: Request) -> Response:
     """Upstream's bank list: most recently written first, profiles and counts in one statement."""
     search = text_query(request, "q")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
-    async with engine_of(request).db.connect() as conn:
-        page, total = await bank_reads.bank_page(conn, search=search, limit=limit, offset=offset)
+    page, total = await engine_of(request).banks.page(search=search, limit=limit, offset=offset)
     return answer(request, "BankListResponse", {"banks": page, "total": total, "limit": limit, "offset": offset})
 
 
 @endpoint
 async def get_bank(request: Request) -> Response:
     bank_id = bank_of(request)
-    async with engine_of(request).db.connect() as conn:
-        profile = await banks.bank_profile(conn, bank_id)
+    profile = await engine_of(request).banks.profile(bank_id)
     if profile is None:
         raise BankNotFound(bank_id)
     return _profile(request, profile)
@@ -69,12 +65,7 @@ async def _write_bank(request: Request, create: bool) -> Response:
     toggles = {k: v for k, v in given.items() if k in BANK_TOGGLES}
     changes = profile_changes(given)
     used = {*toggles, *(k for k in given if k in PROFILE_FIELDS or k.startswith("disposition"))}
-    async with engine_of(request).db.connect() as conn:
-        if not create and await banks.bank_config(conn, bank_id) is None:
-            raise BankNotFound(bank_id)
-        profile = await banks.set_bank_profile(conn, bank_id, changes)
-        if toggles:
-            await banks.set_bank_config(conn, bank_id, toggles)
+    profile = await engine_of(request).banks.write(bank_id, changes, toggles, create=create)
     return _profile(request, profile, sorted(set(given) - used))
 
 
@@ -95,8 +86,7 @@ async def put_profile(request: Request) -> Response:
     """Set the disposition traits (upstream's older ``update_bank_disposition``; it creates the bank)."""
     bank_id = bank_of(request)
     body: DispositionBody = await body_of(request, DispositionBody)
-    async with engine_of(request).db.connect() as conn:
-        profile = await banks.set_bank_profile(conn, bank_id, {"disposition": body.disposition.model_dump()})
+    profile = await engine_of(request).banks.set_profile(bank_id, {"disposition": body.disposition.model_dump()})
     return _profile(request, profile)
 
 
@@ -106,11 +96,7 @@ async def add_background(request: Request) -> Response:
     paragraph), which is what the background became; the bank is created if needed."""
     bank_id = bank_of(request)
     body: BackgroundBody = await body_of(request, BackgroundBody)
-    async with engine_of(request).db.connect() as conn:
-        current = await banks.bank_profile(conn, bank_id)
-        before = (current or {}).get("mission") or ""
-        mission = f"{before}\n\n{body.content}" if before.strip() else body.content
-        profile = await banks.set_bank_profile(conn, bank_id, {"mission": mission})
+    profile = await engine_of(request).banks.add_background(bank_id, body.content)
     return answer(request, "BackgroundResponse", {"mission": profile["mission"], "background": profile["mission"],
                                                   "disposition": profile["disposition"]})
 
@@ -136,17 +122,16 @@ async def bank_stats(request: Request) -> Response:
     stats = await engine.bank_stats(bank_id)
     if stats is None:
         raise BankNotFound(bank_id)
-    async with engine.db.connect() as conn:
-        by_link = await bank_reads.link_counts(conn, bank_id)
-        written = await bank_reads.last_write(conn, bank_id)
+    activity = await engine.banks.activity(bank_id)
     by_type = {t: stats["by_type"].get(t, 0) for t in FACT_TYPES}
     return answer(request, "BankStatsResponse", {
         "bank_id": bank_id, "total_nodes": stats["memories"], "total_links": stats["links"],
-        "total_documents": stats["documents"], "nodes_by_fact_type": by_type, "links_by_link_type": by_link,
+        "total_documents": stats["documents"], "nodes_by_fact_type": by_type,
+        "links_by_link_type": activity["links_by_type"],
         # not computed: a join of every link with its memory, too dear for a stats call on a large bank
         "links_by_fact_type": {}, "links_breakdown": {},
         "pending_operations": 0, "failed_operations": 0, "operations_by_status": {},
-        "last_consolidated_at": None, "last_memory_write_at": written,
+        "last_consolidated_at": None, "last_memory_write_at": activity["last_write"],
         "pending_consolidation": 0, "failed_consolidation": 0, "total_observations": by_type["observation"],
         # ours: what the bank holds in this project's own terms
         "entities": stats["entities"], "chunks": stats["chunks"],
@@ -159,49 +144,43 @@ async def memories_timeseries(request: Request) -> Response:
     and an unknown ``time_field`` as ``created_at``; an unknown bank is a 404."""
     bank_id = bank_of(request)
     period = text_query(request, "period") or "7d"
-    period = period if period in bank_reads.PERIODS else "7d"
+    period = period if period in PERIODS else "7d"
     time_field = text_query(request, "time_field") or "created_at"
-    time_field = time_field if time_field in bank_reads.SERIES_FIELDS else "created_at"
-    async with engine_of(request).db.connect() as conn:
-        if await banks.bank_config(conn, bank_id) is None:
-            raise BankNotFound(bank_id)
-        buckets = await bank_reads.memories_timeseries(conn, bank_id, period, time_field, datetime.now(UTC))
+    time_field = time_field if time_field in SERIES_FIELDS else "created_at"
+    buckets = await engine_of(request).banks.timeseries(bank_id, period, time_field)
     return answer(request, "MemoriesTimeseriesResponse", {
-        "bank_id": bank_id, "period": period, "trunc": bank_reads.PERIODS[period][0], "time_field": time_field,
+        "bank_id": bank_id, "period": period, "trunc": PERIODS[period][0], "time_field": time_field,
         "buckets": buckets})
 
 
-async def _config(request: Request, change: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Response:
-    """The bank's settings and overrides, after storing ``change(overrides)`` when given; 404 for no bank."""
-    bank_id = bank_of(request)
-    engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        overrides = await banks.bank_config(conn, bank_id)
-        if overrides is None:
-            raise BankNotFound(bank_id)
-        if change is not None:
-            overrides = await banks.set_bank_config(conn, bank_id, change(overrides))
-    resolved = {**engine.settings.bank_values(), **overrides}
+def _config(request: Request, bank_id: str, overrides: dict[str, Any] | None) -> Response:
+    """The bank's settings (the server's with its overrides) and its overrides; 404 for no bank."""
+    if overrides is None:
+        raise BankNotFound(bank_id)
+    resolved = {**engine_of(request).settings.bank_values(), **overrides}
     return answer(request, "BankConfigResponse", {"bank_id": bank_id, "config": resolved, "overrides": overrides})
 
 
 @endpoint
 async def get_config(request: Request) -> Response:
-    return await _config(request)
+    bank_id = bank_of(request)
+    return _config(request, bank_id, await engine_of(request).banks.config(bank_id))
 
 
 @endpoint
 async def patch_config(request: Request) -> Response:
     """Keys as field names or ``HINDSIGHT_API_*`` names; a null value removes an override."""
     body: BankConfigBody = await body_of(request, BankConfigBody)
+    bank_id = bank_of(request)
     values = {k.strip().lower().removeprefix("hindsight_api_"): v for k, v in body.updates.items()}
-    return await _config(request, lambda _: values)
+    return _config(request, bank_id, await engine_of(request).banks.configure(bank_id, values, create=False))
 
 
 @endpoint
 async def reset_config(request: Request) -> Response:
     """Remove every override of the bank: it follows the server's settings again."""
-    return await _config(request, dict.fromkeys)
+    bank_id = bank_of(request)
+    return _config(request, bank_id, await engine_of(request).banks.reset_config(bank_id))
 
 
 def routes(banks_path: str) -> list[Route]:

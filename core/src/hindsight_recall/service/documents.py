@@ -8,9 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks, chunks, documents
-from ..store.db import database_errors
+from ..engine.documents import TIME_FIELDS
 from . import history
 from ._params import bounded_int, checked_text, date_query, path_text, tags_match_query, tags_query
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
@@ -39,27 +37,20 @@ async def list_documents(request: Request) -> Response:
     options: dict[str, Any] = dict(
         search=text_query(request, "q"), tags=tags_query(request),
         tags_match=tags_match_query(request, "any_strict"),
-        time_field=choice_query(request, "time_field", documents.TIME_FIELDS, None),
+        time_field=choice_query(request, "time_field", TIME_FIELDS, None),
         start=date_query(request, "start_date"), end=date_query(request, "end_date"),
         limit=bounded_int(request, "limit", 100, maximum=MAX_PAGE), offset=bounded_int(request, "offset", 0),
     )
     if options["start"] and options["end"] and options["end"] <= options["start"]:
         raise ServiceError(400, "invalid_request", "end_date: must be after start_date")
-    engine = engine_of(request)
-    with database_errors("list documents"):
-        async with engine.db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            page = await documents.list_documents(conn, bank_id, **options)
+    page = await engine_of(request).documents.page(bank_id, **options)
     return answer(request, "ListDocumentsResponse", page)
 
 
 @endpoint
 async def get_document(request: Request) -> Response:
     bank_id, document_id = bank_of(request), path_text(request, "document_id")
-    with database_errors("get document"):
-        async with engine_of(request).db.connect() as conn:
-            found = await documents.get_document(conn, bank_id, document_id)
+    found = await engine_of(request).documents.get(bank_id, document_id)
     if found is None:
         raise _not_found(document_id)
     return answer(request, "DocumentResponse", found)
@@ -75,10 +66,8 @@ async def update_document(request: Request) -> Response:
     if body.tags is None:
         raise ServiceError(422, "invalid_request", "At least one field (tags, observation_scopes) must be provided")
     tags = list(dict.fromkeys(t.strip() for t in (checked_text("tags", t) for t in body.tags) if t.strip()))
-    with database_errors("update document"):
-        async with engine_of(request).db.connect() as conn:
-            if not await documents.set_tags(conn, bank_id, document_id, tags):
-                raise _not_found(document_id)
+    if not await engine_of(request).documents.set_tags(bank_id, document_id, tags):
+        raise _not_found(document_id)
     return answer(request, "UpdateDocumentResponse", {"success": True})
 
 
@@ -99,9 +88,7 @@ async def list_chunks(request: Request) -> Response:
     bank_id, document_id = bank_of(request), path_text(request, "document_id")
     limit = bounded_int(request, "limit", 100, minimum=1, maximum=1000)
     offset = bounded_int(request, "offset", 0)
-    with database_errors("list chunks"):
-        async with engine_of(request).db.connect() as conn:
-            page = await chunks.document_chunks(conn, bank_id, document_id, limit=limit, offset=offset)
+    page = await engine_of(request).documents.chunks(bank_id, document_id, limit=limit, offset=offset)
     if page is None:
         raise _not_found(document_id)
     return answer(request, "ListChunksResponse", page)
@@ -115,11 +102,9 @@ async def document_history(request: Request) -> Response:
 
 @endpoint
 async def get_chunk(request: Request) -> Response:
-    """A chunk by its id alone: the id names its bank (see :func:`..store.chunks.get_chunk`)."""
+    """A chunk by its id alone: the id names its bank."""
     chunk_id = path_text(request, "chunk_id")
-    with database_errors("get chunk"):
-        async with engine_of(request).db.connect() as conn:
-            found = await chunks.get_chunk(conn, chunk_id)
+    found = await engine_of(request).documents.chunk(chunk_id)
     if found is None:
         raise ServiceError(404, "chunk_not_found", f"Chunk {chunk_id!r} not found")
     return answer(request, "ChunkResponse", found)

@@ -16,8 +16,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..store import documents, operations
-from ..store.db import database_errors
 from ._params import bounded_int, path_text
 from .async_retain import name_documents
 from .base import bank_of, engine_of
@@ -44,11 +42,10 @@ async def document_history(request: Request) -> Response:
     bank_id, document_id = bank_of(request), path_text(request, "document_id")
     limit = bounded_int(request, "limit", 100, minimum=1, maximum=1000)
     offset = bounded_int(request, "offset", 0)
-    with database_errors("document history"):
-        async with engine_of(request).db.connect() as conn:
-            if not await documents.exists(conn, bank_id, document_id):
-                raise ServiceError(404, "document_not_found", "Document not found")
-            rows, total = await operations.retains_of_document(conn, bank_id, document_id, limit, offset)
+    found = await engine_of(request).documents.retains(bank_id, document_id, limit=limit, offset=offset)
+    if found is None:
+        raise ServiceError(404, "document_not_found", "Document not found")
+    rows, total = found
     items = [event(document_id, op_id, payload, plan, at) for op_id, payload, plan, at in rows]
     return answer(request, "DocumentHistoryResponse", {"document_id": document_id, "total": total, "limit": limit,
                                                        "offset": offset, "items": items})

@@ -13,11 +13,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine import Engine
-from ..errors import BankNotFound, DocumentChanged, QueryTooLong, RetainError
+from ..engine.banks import validate_bank_id
+from ..engine.memories import TIME_FIELDS
+from ..errors import DocumentChanged, QueryTooLong, RetainError
 from ..jsonl import parse_datetime, parse_memory
 from ..limits import key_problem
 from ..recall.trace import phase_sink
-from ..store import banks, invalidated, listing
 from ..types import FACT_TYPES, Memory, TagsMatch
 from . import async_retain, webhook_delivery
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query, wake_worker
@@ -72,7 +73,7 @@ async def import_memories(request: Request) -> Response:
         bank, memory = parse_memory(obj, number)
         if not bank:
             raise ServiceError(422, "invalid_memory", f"line {number}: bank: every memory needs a 'bank' field")
-        batches.setdefault(banks.validate_bank_id(bank), []).append(memory)
+        batches.setdefault(validate_bank_id(bank), []).append(memory)
         lines.setdefault(bank, []).append(number)
     stats = await engine_of(request).retain_many(batches, lines=lines, progress=False)
     return answer(request, None, {"success": True, "memories": stats.memories, "banks": stats.banks,
@@ -88,7 +89,8 @@ def _list_item(memory: dict[str, Any]) -> dict[str, Any]:
 
 
 def _invalidated_item(record: dict[str, Any]) -> dict[str, Any]:
-    """An invalidated memory (see :mod:`~hindsight_recall.store.invalidated`) in the list-row shape."""
+    """An invalidated memory (as :meth:`~hindsight_recall.engine.memories.Memories.find` reads it) in the list-row
+    shape."""
     line = record["memory"]
     memory = {"id": line["id"], "text": line["text"], "type": line.get("type", "world"),
               "context": line.get("context"), "occurred_start": line.get("occurred_start"),
@@ -144,7 +146,7 @@ async def list_memories(request: Request) -> Response:
                                                      "memories, so none has a consolidation state")
     state = choice_query(request, "state", ("valid", "invalidated"), "valid")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
-    time_field = choice_query(request, "time_field", listing.TIME_FIELDS)
+    time_field = choice_query(request, "time_field", TIME_FIELDS)
     start, end = date_range(request)
     filters: dict[str, Any] = dict(
         fact_type=fact_type, search=text_query(request, "q"), document_id=text_query(request, "document_id"),
@@ -153,9 +155,8 @@ async def list_memories(request: Request) -> Response:
         time_field=time_field, start=start, end=end, limit=limit, offset=offset)
     engine = engine_of(request)
     if state == "invalidated":
-        async with engine.db.connect() as conn:
-            records, total = await invalidated.page(conn, bank_id, fact_type=fact_type, search=filters["search"],
-                                                    limit=limit, offset=offset)
+        records, total = await engine.memories.invalidated(bank_id, fact_type=fact_type, search=filters["search"],
+                                                          limit=limit, offset=offset)
         rows = [_invalidated_item(r) for r in records]
     else:
         items, total = await engine.list_memories(bank_id, **filters)
@@ -182,14 +183,11 @@ async def get_memory(request: Request) -> Response:
 
 async def _current(engine: Engine, bank_id: str, memory_id: str) -> dict[str, Any]:
     """The memory as ``GET`` answers it, valid or invalidated; 404 when it is neither."""
-    found = await engine.get_memory(bank_id, memory_id)
-    if found is not None:
-        return {**_list_item(found), "history": []}
-    async with engine.db.connect() as conn:
-        record = await invalidated.find(conn, bank_id, memory_id)
-    if record is None:
+    found = await engine.memories.find(bank_id, memory_id)
+    if found is None:
         raise _not_found(bank_id, memory_id)
-    return {**_invalidated_item(record), "history": []}
+    state, memory = found
+    return {**(_list_item(memory) if state == "valid" else _invalidated_item(memory)), "history": []}
 
 
 @endpoint
@@ -266,11 +264,8 @@ async def list_tags(request: Request) -> Response:
     pattern = text_query(request, "q")
     source = choice_query(request, "source", ("memories", "mental_models"), "memories")
     limit, offset = int_query(request, "limit", 100), int_query(request, "offset", 0)
-    async with engine_of(request).db.connect() as conn:
-        if await banks.bank_config(conn, bank_id) is None:
-            raise BankNotFound(bank_id)
-        items, total = ([], 0) if source == "mental_models" else await listing.list_tags(
-            conn, bank_id, pattern=pattern, limit=limit, offset=offset)
+    items, total = await engine_of(request).memories.tags(bank_id, pattern=pattern, limit=limit, offset=offset,
+                                                          of_mental_models=source == "mental_models")
     return answer(request, "ListTagsResponse", {"items": items, "total": total, "limit": limit, "offset": offset})
 
 

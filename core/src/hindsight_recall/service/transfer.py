@@ -27,10 +27,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import BankNotFound, InvalidRequest
+from ..engine.banks import validate_bank_id
+from ..errors import InvalidRequest
 from ..settings import BankSettings
-from ..store import banks, directives
-from ..store import transfer as store
 from ..transfer import DOWNLOAD_PATH
 from .banks import TRAITS
 from .base import bank_of, endpoint, engine_of
@@ -162,7 +161,7 @@ async def transfer_import(request: Request) -> Response:
         raise ServiceError(400, "unsupported_field", "include_history: this server keeps no audit log or LLM "
                                                      "requests to restore")
     if target is not None:
-        banks.validate_bank_id(target)
+        validate_bank_id(target)
     async with _upload(request) as path:
         operation, _ = await engine_of(request).import_bank(
             path, record_on=bank_id, target=target, data=flags["include_data"] is not False,
@@ -190,7 +189,7 @@ async def clone(request: Request) -> Response:
     target = request.query_params.get("target_bank_id")
     if not target:
         raise ServiceError(422, "invalid_request", "target_bank_id: Field required")
-    target = banks.validate_bank_id(target)
+    target = validate_bank_id(target)
     data = _flag(request, "include_data", True)
     config = _flag(request, "include_bank_config", True)
     history = _flag(request, "include_history", False)
@@ -215,20 +214,13 @@ async def download(request: Request) -> Response:
         transfer_id = None
     if not key.startswith("transfers/") or not bank_id or transfer_id is None:
         raise ServiceError(404, "file_not_found", f"no file {key!r}")
-    engine = engine_of(request)
-    async with engine.db.connect() as conn:
-        found = await store.transfer(conn, bank_id, transfer_id)
-    if found is None or "storage_key" not in found["result_metadata"]:
+    found = await engine_of(request).transfers.archive(bank_id, transfer_id)
+    if found is None:
         raise ServiceError(404, "file_not_found", f"no file {key!r}")
-
-    async def parts() -> Any:
-        async with engine.db.connect() as conn:
-            async for part in store.archive_parts(conn, bank_id, transfer_id):
-                yield part
-
-    return StreamingResponse(parts(), media_type="application/zip", headers={
-        "Content-Disposition": f'attachment; filename="{found["result_metadata"]["filename"]}"',
-        "Content-Length": str(found["result_metadata"]["byte_size"])})
+    metadata, parts = found
+    return StreamingResponse(parts, media_type="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="{metadata["filename"]}"',
+        "Content-Length": str(metadata["byte_size"])})
 
 
 # --- bank templates ------------------------------------------------------------------------------
@@ -238,17 +230,11 @@ async def download(request: Request) -> Response:
 async def template_export(request: Request) -> Response:
     """The bank's settings as upstream's template manifest: its mission, disposition and overrides."""
     bank_id = bank_of(request)
-    async with engine_of(request).db.connect() as conn:
-        row = await store.bank_row(conn, bank_id)
-    if row is None:
-        raise BankNotFound(bank_id)
+    row, rules = await engine_of(request).templates.read(bank_id)
     bank: dict[str, Any] = dict(row["config"])
     if row["mission"]:
         bank["reflect_mission"] = row["mission"]
     bank.update({f"disposition_{t}": v for t, v in (row["disposition"] or {}).items()})
-    async with engine_of(request).db.connect() as conn:
-        rules, _ = await directives.page(conn, bank_id, tags=None, tags_match="any", active_only=False,
-                                         limit=directives.MAX_TEMPLATE, offset=0)
     kept = [{k: rule[k] for k in ("name", "content", "priority", "is_active", "tags")} for rule in rules]
     return answer(request, "BankTemplateManifest", {"version": TEMPLATE_VERSION, "bank": bank or None,
                                                     "mental_models": None, "directives": kept or None})
@@ -297,23 +283,12 @@ async def template_import(request: Request) -> Response:
     config = {k: v for k, v in bank.items() if k in BankSettings.model_fields and v is not None}
     used = {*config, *(f"disposition_{t}" for t in traits), *(("reflect_mission",) if "mission" in profile else ())}
     ignored = sorted(k for k, v in bank.items() if v is not None and k not in used)
-    async with engine_of(request).db.connect() as conn:
-        existing = await directives.ids_by_name(conn, bank_id)
-        changed = {"created": [r.name for r in wanted if r.name not in existing],
-                   "updated": [r.name for r in wanted if r.name in existing]}
-        if not dry_run:
-            try:
-                await banks.set_bank_profile(conn, bank_id, profile)
-                if config:
-                    await banks.set_bank_config(conn, bank_id, config)
-                for rule in wanted:
-                    fields = rule.model_dump()
-                    if rule.name in existing:
-                        await directives.update(conn, bank_id, existing[rule.name], fields)
-                    else:
-                        await directives.create(conn, bank_id, fields)
-            except InvalidRequest as exc:
-                raise ServiceError(400, "invalid_template", f"Template validation failed: {exc}") from None
+    try:
+        changed = await engine_of(request).templates.apply(bank_id, profile=profile, config=config,
+                                                           rules=[rule.model_dump() for rule in wanted],
+                                                           dry_run=dry_run)
+    except InvalidRequest as exc:
+        raise ServiceError(400, "invalid_template", f"Template validation failed: {exc}") from None
     headers = {"X-Hindsight-Ignored-Fields": ",".join(ignored)} if ignored else None
     return answer(request, "BankTemplateImportResponse", {
         "bank_id": bank_id, "config_applied": bool(bank), "mental_models_created": [], "mental_models_updated": [],
