@@ -38,6 +38,7 @@ from .directives import Directives
 from .entities import Entities
 from .graph import Graph
 from .observations import Observations
+from .operations import Operations
 from .webhooks import Webhooks
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class Engine:
         self.observations = Observations(self.db)
         self.aliases = Aliases(self.db)
         self.audit = Audit(self.db)
+        self.operations = Operations(self.db)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks, operations
-from ..store.db import database_errors
-from ..store.operations import Operation
-from .base import bank_of, endpoint, engine_of, flag_query
+from ..engine import operations
+from ..engine.operations import Operation
+from .base import bank_of, endpoint, engine_of, flag_query, wake_worker
 from .errors import ServiceError
 from .wire import answer
 
@@ -83,12 +79,8 @@ async def list_operations(request: Request) -> Response:
     limit = _bounded(request, "limit", 20, 1, MAX_LIMIT)
     offset = _bounded(request, "offset", 0, 0, MAX_OFFSET)
     flag_query(request, "exclude_parents")  # no operation here has children: nothing to exclude
-    with database_errors("listing operations"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            found, total = await operations.listing(conn, bank_id, status=status, operation_type=kind,
-                                                    limit=limit, offset=offset)
+    found, total = await engine_of(request).operations.page(bank_id, status=status, operation_type=kind,
+                                                            limit=limit, offset=offset)
     return answer(request, "OperationsListResponse", {"bank_id": bank_id, "total": total, "limit": limit,
                                                       "offset": offset, "operations": [_listed(op) for op in found]})
 
@@ -99,10 +91,7 @@ async def get_operation(request: Request) -> Response:
     bank_id = bank_of(request)
     operation_id = _operation_id(request)
     with_payload = flag_query(request, "include_payload")
-    with database_errors("reading an operation"):
-        async with engine_of(request).db.connect() as conn:
-            op = await operations.get(conn, bank_id, operation_id)
-            payload = (await operations.payload_of(conn, bank_id, operation_id))[0] if op and with_payload else None
+    op, payload = await engine_of(request).operations.get(bank_id, operation_id, with_payload=with_payload)
     oid = str(operation_id)
     if op is None:
         return answer(request, "OperationStatusResponse", {
@@ -124,9 +113,9 @@ async def get_operation(request: Request) -> Response:
 
 @dataclass(frozen=True)
 class Change:
-    """A change of an operation's status: the store call, and the words of its answers."""
+    """A change of an operation's status: the engine's name of it, and the words of its answers."""
 
-    apply: Callable[[AsyncConnection, str, uuid.UUID], Awaitable[bool]]
+    apply: operations.Change
     what: str
     allowed: str
     done: str
@@ -134,32 +123,30 @@ class Change:
     schema: str
 
 
-CANCEL = Change(operations.cancel, "cancelled", "only 'pending' and 'processing' operations can be cancelled",
+CANCEL = Change("cancel", "cancelled", "only 'pending' and 'processing' operations can be cancelled",
                 "cancelled", "CancelOperationResponse")
-RETRY = Change(operations.requeue, "retried", "expected 'failed' or 'cancelled'", "queued for retry",
+RETRY = Change("retry", "retried", "expected 'failed' or 'cancelled'", "queued for retry",
                "RetryOperationResponse")
-DELETE = Change(operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted",
+DELETE = Change("delete", "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted",
                 "DeleteOperationResponse")
 
 
-async def change_operation(request: Request, bank_id: str, operation_id: uuid.UUID, change: Change) -> str:
+async def change_operation(request: Request, bank_id: str, operation_id: uuid.UUID, change: Change, *,
+                           bank_required: bool = False) -> str:
     """Apply ``change`` to the bank's operation and wake the worker; the message saying it was done.
 
     Raises 404 when the bank has no such operation, 409 when its status does not allow it (upstream's
-    answers). The console's buttons call this too.
+    answers); with ``bank_required``, 404 ``bank_not_found`` first for a bank that does not exist. The
+    console's buttons call this too.
     """
-    with database_errors(f"{change.what} an operation"):
-        async with engine_of(request).db.connect() as conn:
-            changed = await change.apply(conn, bank_id, operation_id)
-            current = None if changed else await operations.get(conn, bank_id, operation_id)
+    changed, current = await engine_of(request).operations.change(bank_id, operation_id, change.apply,
+                                                                  bank_required=bank_required)
     if not changed:
         if current is None:
             raise ServiceError(404, "operation_not_found", f"Operation {operation_id} not found for bank {bank_id}")
         raise ServiceError(409, "conflict", f"Operation {operation_id} cannot be {change.what}: status is "
                            f"'{current.status}', {change.allowed}")
-    worker = getattr(request.app.state, "worker", None)
-    if worker is not None:
-        worker.wake()
+    wake_worker(request)
     return f"Operation {operation_id} {change.done}"
 
 
