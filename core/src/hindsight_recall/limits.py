@@ -7,9 +7,6 @@ recall that reads the row), so retain rejects it up front with a message naming 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
-
-from .errors import InvalidRequest
 
 #: ``int`` columns (``proof_count``) are 32-bit.
 INT32_MAX = 2**31 - 1
@@ -23,8 +20,6 @@ MAX_INDEXED_TEXT_BYTES = 262_144
 #: day's margin inside Python's years 1..9999.
 MIN_DATE = datetime(1, 1, 2, tzinfo=UTC)
 MAX_DATE = datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC)
-#: The longest bank id, in characters (a bank id is part of every key).
-MAX_BANK_ID = 256
 
 
 def unicode_problem(value: str) -> str | None:
@@ -73,14 +68,3 @@ def place_problem(value: object) -> str | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         return f"expected a non-negative integer, got {value!r}"
     return int32_problem(value)
-
-
-def validate_bank_id(bank_id: Any) -> str:
-    """A bank id is a non-empty string without NUL bytes, at most 256 characters."""
-    if not isinstance(bank_id, str) or not bank_id.strip():
-        raise InvalidRequest("bank_id", "must be a non-empty string")
-    if "\x00" in bank_id or len(bank_id) > MAX_BANK_ID:
-        raise InvalidRequest("bank_id", f"must not contain NUL bytes or exceed {MAX_BANK_ID} characters")
-    if unicode_problem(bank_id):
-        raise InvalidRequest("bank_id", f"{unicode_problem(bank_id)}")
-    return bank_id

@@ -26,7 +26,9 @@ from ..recall.rerank import RerankStage
 from ..retain import edit as edits
 from ..retain.ingest import Ingestor, RetainStats
 from ..settings import Settings, load_settings
-from ..store import ann, banks, documents, listing, memory_edit, token_counts
+from ..store import ann, listing, memory_edit, token_counts
+from ..store import banks as bank_rows  # named apart from the part of that name (.banks)
+from ..store import documents as document_rows  # and from .documents
 from ..store.citus import check_backend, compatible_backends
 from ..store.db import Database, database_error, database_errors, is_retryable
 from ..store.schema import migrate
@@ -34,6 +36,8 @@ from ..tokens import TokenCounter
 from ..types import Memory
 from .aliases import Aliases
 from .audit import Audit
+from .banks import Banks
+from .browse import Browse
 from .directives import Directives
 from .entities import Entities
 from .graph import Graph
@@ -94,6 +98,7 @@ class Engine:
         self._recalls = asyncio.Semaphore(s.recall_max_concurrent)
         self._ingestor = Ingestor(self.db, self.embedder, self.text_search, s)
         # the engine's parts, by capability: each call takes its own connection and transaction
+        self.banks = Banks(self.db)
         self.directives = Directives(self.db)
         self.webhooks = Webhooks(self.db)
         self.entities = Entities(self.db)
@@ -102,6 +107,7 @@ class Engine:
         self.aliases = Aliases(self.db)
         self.audit = Audit(self.db)
         self.operations = Operations(self.db)
+        self.browse = Browse(self.db)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""
@@ -251,21 +257,21 @@ class Engine:
         """Every bank as ``{bank_id, memories, created_at}``, by name."""
         with database_errors("listing banks"):
             async with self.db.connect() as conn:
-                return await banks.list_banks(conn)
+                return await bank_rows.list_banks(conn)
 
     async def bank_stats(self, bank_id: str) -> dict[str, Any] | None:
         """What a bank holds (memories by type, entities, chunks, documents, links, config); ``None`` if absent.
 
         :param bank_id: the bank.
         """
-        return await self._in_bank("bank_stats", bank_id, banks.bank_stats)
+        return await self._in_bank("bank_stats", bank_id, bank_rows.bank_stats)
 
     async def delete_bank(self, bank_id: str) -> bool:
         """Delete a bank with everything in it; other banks are untouched. False if it did not exist.
 
         :param bank_id: the bank.
         """
-        deleted = await self._in_bank("delete_bank", bank_id, banks.delete_bank)
+        deleted = await self._in_bank("delete_bank", bank_id, bank_rows.delete_bank)
         if deleted:  # after the commit: its slot is free, and its indexes go
             await ann.reclaim(self.db, self.settings)
         return deleted
@@ -275,7 +281,7 @@ class Engine:
 
         :param bank_id: the bank.
         """
-        return (await self._in_bank("create_bank", bank_id, banks.ensure_bank))[1]
+        return (await self._in_bank("create_bank", bank_id, bank_rows.ensure_bank))[1]
 
     async def get_memory(self, bank_id: str, memory_id: str) -> dict[str, Any] | None:
         """One memory by its id, with its entities and sources; ``None`` if the bank has no such memory.
@@ -311,9 +317,9 @@ class Engine:
         :param bank_id: the bank; an unknown bank removes nothing.
         :param ids: the caller's memory ids (exact strings, as retained); unknown ids are ignored.
         """
-        wanted = banks.validate_memory_ids(ids)
+        wanted = bank_rows.validate_memory_ids(ids)
         removed = await self._in_bank("forget", bank_id,
-                                      lambda conn, bank: banks.forget(conn, bank, wanted, self.text_search))
+                                      lambda conn, bank: bank_rows.forget(conn, bank, wanted, self.text_search))
         if removed:  # after the commit: a bank shrunk below half the index threshold gives its slot back
             await ann.reclaim(self.db, self.settings, bank_id)
         return removed
@@ -331,7 +337,7 @@ class Engine:
         :param state: ``invalidated`` takes it out of recall's reach, ``valid`` brings it back.
         :param reason: why it is invalidated.
         """
-        bank_id = banks.validate_bank_id(bank_id)
+        bank_id = bank_rows.validate_bank_id(bank_id)
 
         async def attempt() -> str:
             async with self._ingestor.transaction({bank_id: 1}) as tx:
@@ -353,7 +359,7 @@ class Engine:
 
         async def clear(conn: AsyncConnection, bank: str) -> int:
             ids = await memory_edit.memory_ids(conn, bank, fact_type)
-            return await banks.forget(conn, bank, ids, self.text_search) if ids else 0
+            return await bank_rows.forget(conn, bank, ids, self.text_search) if ids else 0
 
         removed = await self._in_bank("clear_memories", bank_id, clear)
         if removed:
@@ -367,7 +373,7 @@ class Engine:
         :param bank_id: the bank.
         :param document_id: the document.
         """
-        removed = await self._in_bank("delete_document", bank_id, lambda conn, bank: documents.delete_document(
+        removed = await self._in_bank("delete_document", bank_id, lambda conn, bank: document_rows.delete_document(
             conn, bank, document_id, self.text_search))
         if removed:
             await ann.reclaim(self.db, self.settings, bank_id)
@@ -383,7 +389,7 @@ class Engine:
         :param bank_config: carry the profile and settings.
         :param kind: the transfer's type as its operation shows it.
         """
-        banks.validate_bank_id(bank_id)
+        bank_rows.validate_bank_id(bank_id)
         with database_errors("export"):
             return await transfer.export(self._ingestor, bank_id, wanted=set(documents) if documents else None,
                                          bank_config=bank_config, kind=kind)
@@ -399,7 +405,7 @@ class Engine:
         :param data: restore the memories; :param config: restore the profile and settings.
         """
         with database_errors("import"):
-            return await transfer.restore(self._ingestor, archive, record_on=banks.validate_bank_id(record_on),
+            return await transfer.restore(self._ingestor, archive, record_on=bank_rows.validate_bank_id(record_on),
                                           target=target, data=data, config=config)
 
     async def import_documents(self, bank_id: str, archive: Path, on_conflict: str = "skip"
@@ -411,7 +417,7 @@ class Engine:
         :param on_conflict: ``skip``, ``replace`` or ``new-id`` for a document the bank already holds.
         """
         with database_errors("import"):
-            return await transfer.merge(self._ingestor, archive, banks.validate_bank_id(bank_id), on_conflict)
+            return await transfer.merge(self._ingestor, archive, bank_rows.validate_bank_id(bank_id), on_conflict)
 
     async def clone_bank(self, bank_id: str, target: str, *, data: bool = True,
                          config: bool = True) -> tuple[uuid.UUID, dict[str, Any]]:
@@ -422,12 +428,12 @@ class Engine:
         :param data: copy the memories; :param config: copy the profile and settings.
         """
         with database_errors("clone"):
-            return await transfer.clone(self._ingestor, banks.validate_bank_id(bank_id), target, data=data,
+            return await transfer.clone(self._ingestor, bank_rows.validate_bank_id(bank_id), target, data=data,
                                         config=config)
 
     async def _in_bank(self, what: str, bank_id: str, call: Callable[[AsyncConnection, str], Awaitable[T]]) -> T:
         """``call(conn, bank_id)`` on one connection, the id checked first and driver errors made ours."""
-        bank_id = banks.validate_bank_id(bank_id)
+        bank_id = bank_rows.validate_bank_id(bank_id)
         with database_errors(what):
             async with self.db.connect() as conn:
                 return await call(conn, bank_id)

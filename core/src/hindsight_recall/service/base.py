@@ -11,10 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
+from ..engine.banks import validate_bank_id
 from ..errors import BankNotFound
 from ..limits import unicode_problem
-from ..store import banks
-from ..store.db import database_errors
 from .errors import ServiceError, as_text, respond_to
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -120,14 +119,12 @@ def wake_worker(request: Request) -> None:
 
 
 def bank_of(request: Request) -> str:
-    return banks.validate_bank_id(request.path_params["bank_id"])
+    return validate_bank_id(request.path_params["bank_id"])
 
 
 async def existing_bank(request: Request) -> str:
     """The request's bank id; 404 ``bank_not_found`` unless the bank exists."""
     bank_id = bank_of(request)
-    with database_errors("read the bank"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
+    if not await engine_of(request).banks.exists(bank_id):
+        raise BankNotFound(bank_id)
     return bank_id

@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..engine.audit import PERIODS
 from ..errors import QueryTooLong
 from ..llm.errors import LLMError, LLMNotConfigured, LLMTimeout
 from ..llm.types import ChatRequest, Message
 from ..reflect import reflector_for
-from ..store.audit import PERIODS
 from ..types import Budget, FactType, TagsMatch
 from ._params import bounded_int
 from .base import bank_of, body_of, endpoint, engine_of, existing_bank, text_query

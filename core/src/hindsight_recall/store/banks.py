@@ -13,14 +13,26 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import InvalidRequest
-from ..limits import MAX_BANK_ID as MAX_BANK_ID
 from ..limits import unicode_problem
-from ..limits import validate_bank_id as validate_bank_id
 from ..protocols import TextSearchBackend
 from ..settings import BankSettings
 from ..types import Placement
 from . import term_stats
 from .schema import of_document
+
+MAX_BANK_ID = 256
+
+
+def validate_bank_id(bank_id: Any) -> str:
+    """A bank id is a non-empty string without NUL bytes, at most 256 characters."""
+    if not isinstance(bank_id, str) or not bank_id.strip():
+        raise InvalidRequest("bank_id", "must be a non-empty string")
+    if "\x00" in bank_id or len(bank_id) > MAX_BANK_ID:
+        raise InvalidRequest("bank_id", f"must not contain NUL bytes or exceed {MAX_BANK_ID} characters")
+    if unicode_problem(bank_id):
+        raise InvalidRequest("bank_id", f"{unicode_problem(bank_id)}")
+    return bank_id
+
 
 #: How often :func:`ensure_bank` tries again when the bank it found was deleted under it.
 ENSURE_ATTEMPTS = 5
