@@ -39,8 +39,10 @@ from .audit import Audit
 from .banks import Banks
 from .browse import Browse
 from .directives import Directives
+from .documents import Documents
 from .entities import Entities
 from .graph import Graph
+from .memories import Memories
 from .observations import Observations
 from .operations import Operations
 from .webhooks import Webhooks
@@ -100,6 +102,8 @@ class Engine:
         # the engine's parts, by capability: each call takes its own connection and transaction
         self.banks = Banks(self.db)
         self.directives = Directives(self.db)
+        self.memories = Memories(self.db)
+        self.documents = Documents(self.db)
         self.webhooks = Webhooks(self.db)
         self.entities = Entities(self.db)
         self.graph = Graph(self.db)

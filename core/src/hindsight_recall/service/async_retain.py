@@ -87,23 +87,31 @@ def operation_uuid(value: str, field: str = "operation_id") -> uuid.UUID:
 
 
 async def submit(request: Request, engine: Engine, bank_id: str, body: RetainBody) -> Response:
-    """Queue the retain and answer with its operation id; a client-chosen id already used by this bank's
-    retain answers that operation again (nothing new is queued), by anything else 409."""
+    """Queue the retain and answer with its operation id (see :func:`queue`) and wake the worker."""
     chosen = operation_uuid(body.operation_id) if body.operation_id is not None else None
     precheck(body)
     try:
         payload = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise ServiceError(400, "malformed_json", "the request body is not UTF-8") from None
+    queued = await queue(engine, bank_id, body, payload, chosen)
+    wake_worker(request)
+    return answer(request, "RetainResponse", queued)
+
+
+async def queue(engine: Engine, bank_id: str, body: RetainBody, payload: str, chosen: uuid.UUID | None
+                ) -> dict[str, Any]:
+    """Queue the retain ``body`` (``payload``, its JSON, is what the worker reads) and answer with its operation
+    id; a client-``chosen`` id already used by this bank's retain answers that operation again (nothing new
+    is queued), by anything else 409. The MCP tools queue through this too."""
     named = {item.document_id for item in body.items if item.document_id}
     document_id = next(iter(named)) if len(named) == 1 and all(i.document_id for i in body.items) else None
     operation_id = chosen or uuid.uuid4()
     replay = await engine.operations.submit(bank_id, operation_id, RETAIN, payload, len(body.items), document_id,
                                             chosen=chosen is not None)
-    wake_worker(request)
     items = replay if replay is not None else len(body.items)
-    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": items, "async": True,
-                         "operation_id": str(operation_id), "operation_ids": None, "usage": None})
+    return {"success": True, "bank_id": bank_id, "items_count": items, "async": True,
+            "operation_id": str(operation_id), "operation_ids": None, "usage": None}
 
 
 def name_documents(body: RetainBody, operation_id: uuid.UUID) -> None:

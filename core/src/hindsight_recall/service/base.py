@@ -34,7 +34,11 @@ def endpoint(handler: Handler) -> Handler:
 
 async def body_of(request: Request, model: type[BaseModel]) -> Any:
     """The request body parsed and validated as ``model``: 400 for malformed JSON, 422 for bad fields."""
-    raw = await request.body()
+    return parse_body(await request.body(), model)
+
+
+def parse_body(raw: bytes | str, model: type[BaseModel]) -> Any:
+    """A JSON body parsed and validated as ``model`` (see :func:`body_of`)."""
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
@@ -89,7 +93,12 @@ def texts_query(request: Request, name: str, max_chars: int = MAX_QUERY_TEXT) ->
 
 def choice_query(request: Request, name: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
     """A query parameter that must be one of ``choices``: 400 naming it and the choices otherwise."""
-    value = text_query(request, name)
+    return checked_choice(name, text_query(request, name), choices, default)
+
+
+def checked_choice(name: str, value: str | None, choices: tuple[str, ...], default: str | None = None) -> str | None:
+    """``value`` when it is one of ``choices`` (``default`` for none): 400 naming ``name`` and the choices
+    otherwise."""
     if value is None:
         return default
     if value not in choices:
