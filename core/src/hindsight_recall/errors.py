@@ -115,6 +115,18 @@ class MemoryNotFound(InvalidRequest):
         return self.why
 
 
+class OperationIdInUse(InvalidRequest):
+    """A client-chosen operation id already names another bank's operation, or another type of operation."""
+
+    code = "operation_id_in_use"
+
+    def __init__(self, operation_id: object) -> None:
+        super().__init__("operation_id", f"{operation_id} is already in use", status=409)
+
+    def __str__(self) -> str:
+        return f"operation_id {self.why}"
+
+
 class RetainError(RecallError):
     """A memory to retain is invalid; nothing of the batch was written."""
 

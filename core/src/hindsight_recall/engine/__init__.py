@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -16,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import transfer
-from ..errors import ConfigError, DatabaseError, InvalidRequest, RecallTimeout, RetainError, db_message
+from ..errors import ConfigError, DatabaseError, InvalidRequest, RecallError, RecallTimeout, RetainError, db_message
 from ..jsonl import parse_memory
 from ..plugins import PluginManager, adopt, get_plugin_manager
 from ..protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
@@ -37,6 +38,7 @@ from ..types import Memory
 from .aliases import Aliases
 from .audit import Audit
 from .banks import Banks
+from .browse import Browse
 from .diagnostics import Diagnostics
 from .directives import Directives
 from .documents import Documents
@@ -44,6 +46,7 @@ from .entities import Entities
 from .graph import Graph
 from .memories import Memories
 from .observations import Observations
+from .operations import Operations
 from .templates import Templates
 from .transfers import Transfers
 from .webhooks import Webhooks
@@ -113,6 +116,8 @@ class Engine:
         self.observations = Observations(self.db)
         self.aliases = Aliases(self.db)
         self.audit = Audit(self.db)
+        self.operations = Operations(self.db)
+        self.browse = Browse(self.db)
         self.diagnostics = Diagnostics(self.db)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
@@ -152,6 +157,20 @@ class Engine:
         if self.settings.enable_temporal_retrieval and self.warm_date_finder:
             warm_date_parser()
         return self
+
+    async def warm(self) -> None:
+        """Load the model, fill the pool to its minimum, and run one recall through the code paths, so that a
+        server's first requests wait for none of them."""
+        await self.embedder.embed(["warm up"], mode="query")
+        async with contextlib.AsyncExitStack() as hold:  # opened at once, min-size connections stay pooled
+            for _ in range(max(self.settings.db_pool_min_size, 1)):
+                await hold.enter_async_context(self.db.connect())
+        found = await self.list_banks()
+        if found:
+            try:
+                await self.recall(found[0]["bank_id"], "warm up", budget="low", include_entities=None)
+            except RecallError as exc:
+                log.info("warm-up recall skipped: %s", exc)
 
     async def close(self) -> None:
         await self.rerank.close()

@@ -1,15 +1,24 @@
-"""A bank's webhooks and their deliveries (the deliveries themselves run in the queue's own lane)."""
+"""A bank's webhooks and their deliveries (the deliveries themselves run in the queue's own lane).
+
+An event (``retain.completed`` after each retained item) becomes one queued delivery per subscribed
+webhook, in one statement after the retain committed. Each delivery's payload is what to send and where
+(the event's JSON body as upstream sends it, the URL and HTTP settings as they were); its ``event_id`` is
+the same for every webhook and attempt, so receivers dedupe on it.
+"""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from ..store import banks
+from ..store import banks, operations
 from ..store import webhooks as store
 from ._part import Part, require_bank
+
+RETAIN_COMPLETED = "retain.completed"
 
 
 class Webhooks(Part):
@@ -48,3 +57,51 @@ class Webhooks(Part):
             if await store.get(conn, bank_id, webhook_id) is None:
                 return None
             return await store.deliveries(conn, bank_id, webhook_id, limit, before)
+
+    async def retain_completed(self, bank_id: str, items: Sequence[tuple[str | None, Sequence[str]]],
+                               operation_id: str | None = None) -> int:
+        """Queue ``retain.completed`` for each retained item, (document id, tags) each, to every enabled
+        webhook of the bank that takes it, in one transaction; how many deliveries were queued.
+
+        :param operation_id: the retain's operation (default: a new id, for a retain that was not queued).
+        """
+        async with self._db.connect() as conn:
+            hooks = await store.subscribed(conn, bank_id, RETAIN_COMPLETED)
+            if not hooks:
+                return 0
+            documents = sorted({d for d, _ in items if d})
+            counts = await store.document_counts(conn, bank_id, documents)
+            now, op = _iso(datetime.now(UTC)), operation_id or uuid.uuid4().hex
+            events = [_event(bank_id, op, now, document, tags, counts) for document, tags in items]
+            queued = [(uuid.uuid4(), json.dumps({"webhook_id": hook["id"], "url": hook["url"],
+                                                 "event_type": RETAIN_COMPLETED, "event_id": event_id,
+                                                 "http_config": hook["http_config"], "body": body}))
+                      for event_id, body in events for hook in hooks]
+            await store.queue(conn, bank_id, queued)
+        return len(queued)
+
+    async def delivery(self, op: operations.Operation) -> tuple[dict[str, Any], bool, str | None]:
+        """What the delivery ``op`` sends (its task: ``webhook_id``, ``url``, ``event_type``, ``event_id``,
+        ``http_config``, ``body``), whether its webhook still exists, and the webhook's secret (read now:
+        no payload holds it)."""
+        async with self._db.connect() as conn:
+            payload, _ = await operations.payload_of(conn, op.bank_id, op.operation_id)
+            task = json.loads(payload or "{}")
+            exists, secret = await store.secret_of(conn, op.bank_id, task["webhook_id"])
+        return task, exists, secret
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _event(bank_id: str, operation_id: str, now: str, document: str | None, tags: Sequence[str],
+           counts: dict[str, int]) -> tuple[str, str]:
+    """(event id, the JSON body) of one ``retain.completed``; null fields left out, as upstream."""
+    event_id = str(uuid.uuid4())
+    data: dict[str, Any] = {"tags": list(tags)} if tags else {}
+    if document:
+        data = {"document_id": document, **data, "memory_unit_count": counts.get(document, 0)}
+    body = {"event_id": event_id, "event": RETAIN_COMPLETED, "bank_id": bank_id, "operation_id": operation_id,
+            "status": "completed", "timestamp": now, "data": data}
+    return event_id, json.dumps(body, separators=(",", ":"))

@@ -91,23 +91,6 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-async def warm(engine: Engine) -> None:
-    """Load the model, fill the pool to its minimum, and run one recall through the code paths."""
-    from ..errors import RecallError
-
-    await engine.embedder.embed(["warm up"], mode="query")
-    hold = contextlib.AsyncExitStack()
-    async with hold:  # opening min-size connections at once leaves them in the pool
-        for _ in range(max(engine.settings.db_pool_min_size, 1)):
-            await hold.enter_async_context(engine.db.connect())
-    found = await engine.list_banks()
-    if found:
-        try:
-            await engine.recall(found[0]["bank_id"], "warm up", budget="low", include_entities=None)
-        except RecallError as exc:
-            log.info("warm-up recall skipped: %s", exc)
-
-
 def create_app(settings: Settings | None = None) -> Any:
     """The service as an ASGI application.
 
@@ -179,7 +162,7 @@ async def _load(engine: Engine, state: ServiceState) -> None:
 
     try:
         await engine.open()
-        await warm(engine)
+        await engine.warm()
     except asyncio.CancelledError:
         raise
     except Exception as exc:

@@ -9,23 +9,20 @@ run neither duplicates nor loses anything. A size limit keeps synchronous retain
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
+from ..engine.operations import Operation
 from ..errors import RetainError
 from ..jsonl import parse_datetime
 from ..settings import Settings
-from ..store import banks, operations
-from ..store.db import database_errors
-from .base import body_of
+from .base import body_of, wake_worker
 from .errors import ServiceError
 from .items import appended, build_memory, item_tags, item_text, placements
 from .schemas import RetainBody
@@ -33,9 +30,6 @@ from .wire import answer
 
 #: the operation type of a queued retain (upstream's name for the work of a retain)
 RETAIN = "retain"
-
-#: records progress on the given connection (the retain's transaction); raises when the run is no longer its worker's
-Checkpoint = Callable[[AsyncConnection, str, int], Awaitable[None]]
 
 
 class _Size(BaseModel):
@@ -93,42 +87,31 @@ def operation_uuid(value: str, field: str = "operation_id") -> uuid.UUID:
 
 
 async def submit(request: Request, engine: Engine, bank_id: str, body: RetainBody) -> Response:
-    """Queue the retain and answer with its operation id; a client-chosen id already used by this bank's
-    retain answers that operation again (nothing new is queued), by anything else 409."""
+    """Queue the retain and answer with its operation id (see :func:`queue`) and wake the worker."""
     chosen = operation_uuid(body.operation_id) if body.operation_id is not None else None
     precheck(body)
     try:
         payload = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise ServiceError(400, "malformed_json", "the request body is not UTF-8") from None
+    queued = await queue(engine, bank_id, body, payload, chosen)
+    wake_worker(request)
+    return answer(request, "RetainResponse", queued)
+
+
+async def queue(engine: Engine, bank_id: str, body: RetainBody, payload: str, chosen: uuid.UUID | None
+                ) -> dict[str, Any]:
+    """Queue the retain ``body`` (``payload``, its JSON, is what the worker reads) and answer with its operation
+    id; a client-``chosen`` id already used by this bank's retain answers that operation again (nothing new
+    is queued), by anything else 409. The MCP tools queue through this too."""
     named = {item.document_id for item in body.items if item.document_id}
     document_id = next(iter(named)) if len(named) == 1 and all(i.document_id for i in body.items) else None
     operation_id = chosen or uuid.uuid4()
-    with database_errors("queueing a retain"):
-        async with engine.db.connect() as conn:
-            await banks.ensure_bank(conn, bank_id)
-            replay = await _replay(conn, bank_id, chosen)
-            if replay is None and not await operations.submit(
-                    conn, bank_id, operation_id, RETAIN, payload, len(body.items), document_id):
-                replay = await _replay(conn, bank_id, chosen)
-    worker = getattr(request.app.state, "worker", None)
-    if worker is not None:
-        worker.wake()
+    replay = await engine.operations.submit(bank_id, operation_id, RETAIN, payload, len(body.items), document_id,
+                                            chosen=chosen is not None)
     items = replay if replay is not None else len(body.items)
-    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": items, "async": True,
-                         "operation_id": str(operation_id), "operation_ids": None, "usage": None})
-
-
-async def _replay(conn: Any, bank_id: str, chosen: uuid.UUID | None) -> int | None:
-    """The item count of the retain a client-chosen id already names in this bank; 409 if it names another."""
-    if chosen is None:
-        return None
-    owner = await operations.owner_of(conn, chosen)
-    if owner is None:
-        return None
-    if owner[0] != bank_id or owner[1] != RETAIN:
-        raise ServiceError(409, "operation_id_in_use", f"operation_id {chosen} is already in use")
-    return owner[2]
+    return {"success": True, "bank_id": bank_id, "items_count": items, "async": True,
+            "operation_id": str(operation_id), "operation_ids": None, "usage": None}
 
 
 def name_documents(body: RetainBody, operation_id: uuid.UUID) -> None:
@@ -158,16 +141,17 @@ def spans(where: Sequence[tuple[int, str, int]], chunk_items: int) -> list[tuple
     return out
 
 
-async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[str], Awaitable[None]],
-              checkpoint: Checkpoint, chunk_items: int) -> tuple[dict[str, Any], list[tuple[str, tuple[str, ...]]]]:
-    """Do the queued retain from where it stopped; returns what goes in the operation's result, and each
-    item's document and tags (what its ``retain.completed`` event tells).
+async def run(engine: Engine, op: Operation, worker_id: str,
+              chunk_items: int) -> tuple[dict[str, Any], list[tuple[str, tuple[str, ...]]]]:
+    """Do the queued retain from where it stopped, as ``worker_id``; returns what goes in the operation's
+    result, and each item's document and tags (what its ``retain.completed`` event tells).
 
     Each run of whole documents (:func:`spans`) is one transaction, and the progress recorded with it
     is in that transaction too: a document is never half written, nor a run written and not counted.
+    Raises :class:`~hindsight_recall.engine.operations.Lost` once the operation is no longer the worker's.
     """
-    async with engine.db.connect() as conn:
-        payload, plan = await operations.payload_of(conn, op.bank_id, op.operation_id)
+    queue = engine.operations
+    payload, plan = await queue.payload(op)
     if payload is None:
         raise ValueError("the operation has no stored request")
     body = RetainBody.model_validate_json(payload)
@@ -179,21 +163,17 @@ async def run(engine: Engine, op: operations.Operation, record_plan: Callable[[s
         # document's count (its history: a replaced document's memories were removed)
         plan = {"existing": {d: found.get(d, []) for d in appended(body)},
                 "before": {d: len(found.get(d, [])) for d in named}}
-        await record_plan(json.dumps(plan))
+        await queue.record_plan(op, worker_id, plan)
     existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
     where, replaced = placements(op.bank_id, body, existing_ids)
     done, removed = min(op.processed, len(where)), 0
-    async with engine.db.connect() as conn:
-        await checkpoint(conn, "retaining", done)
+    await queue.progress(op, worker_id, "retaining", done)
     for start, end in spans(where, chunk_items):
         if end <= done:  # committed by an earlier run (a run stopped inside a document redoes it whole)
             continue
         part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[start:end]]
         documents = sorted({document for _, document, _ in where[start:end]} & set(replaced))
-
-        async def counted(conn: AsyncConnection, upto: int = end) -> None:
-            await checkpoint(conn, "retaining", upto)
-
+        counted = queue.progress_within(op, worker_id, "retaining", end)
         stats = await engine.retain_many({op.bank_id: part}, progress=False,
                                          replace_documents={op.bank_id: documents}, within=counted)
         removed += stats.removed

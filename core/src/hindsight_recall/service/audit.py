@@ -8,6 +8,9 @@ holds the request and response bodies (up to :data:`MAX_KEPT_BYTES` each), the a
 asked: the client's address, its user agent, the fingerprint of its API key (never the key) and the alias
 it named. Failed writes are recorded too. Entries stay after their bank is deleted, so its deletion
 stays on record. AUDIT_LOG_ENABLED=false records nothing.
+
+The MCP tools' writes are recorded too, with transport ``mcp``: each as the entry of the route that makes
+the same write (its action, method, path, bodies and status), by :func:`record_call`.
 """
 
 from __future__ import annotations
@@ -82,7 +85,15 @@ def _kept(body: bytearray, size: int, content_type: str) -> Any:
     return {"bytes": size, "content_type": content_type} if size else None
 
 
-def _who(scope: Scope) -> dict[str, Any]:
+def kept_json(value: Any) -> Any:
+    """A JSON body given as its value (not its bytes), as an entry keeps it."""
+    if value is None:
+        return None
+    raw = json.dumps(value).encode()
+    return _kept(bytearray(raw), len(raw), "application/json")
+
+
+def who(scope: Scope) -> dict[str, Any]:
     """Who asked: address, user agent, the API key's fingerprint, the alias named."""
     headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()}
     token = headers.get("authorization", "").removeprefix("Bearer ").strip()
@@ -169,14 +180,33 @@ class AuditLog:
                 "started_at": started, "ended_at": datetime.now(UTC),
                 "request": _kept(taken["body"], int(taken["size"]), request_type),
                 "response": _kept(sent["body"], int(sent["size"]), sent["type"]),
-                "metadata": {**_who(scope), "method": scope["method"], "path": scope["path"],
+                "metadata": {**who(scope), "method": scope["method"], "path": scope["path"],
                              "status_code": sent["status"]}}
 
     async def _record(self, entry: dict[str, Any]) -> None:
-        try:
-            await self.engine.audit.record(entry)
-        except Exception as exc:  # the write itself is done; losing its record is logged, not answered
-            log.warning("recording %s of bank %s in the audit log failed: %s", entry["action"], entry["bank_id"], exc)
+        await _record(self.engine, entry)
+
+
+async def _record(engine: Engine, entry: dict[str, Any]) -> None:
+    try:
+        await engine.audit.record(entry)
+    except Exception as exc:  # the write itself is done; losing its record is logged, not answered
+        log.warning("recording %s of bank %s in the audit log failed: %s", entry["action"], entry["bank_id"], exc)
+
+
+async def record_call(engine: Engine, *, bank_id: str, action: str, started: datetime, request: Any, response: Any,
+                      status: int, method: str, path: str, asker: dict[str, Any]) -> None:
+    """Record a write made without a request of its own (an MCP tool's), as its route's entry would be.
+
+    :param request: the body the route would have been sent; :param response: the body it would have answered.
+    :param asker: who asked (see :func:`who`: address, user agent, key fingerprint, alias).
+    """
+    if not engine.settings.audit_log_enabled:
+        return
+    await _record(engine, {
+        "bank_id": bank_id, "action": action, "transport": "mcp", "started_at": started,
+        "ended_at": datetime.now(UTC), "request": kept_json(request), "response": kept_json(response),
+        "metadata": {**asker, "method": method, "path": path, "status_code": status}})
 
 
 async def _known_bank(request: Request) -> str:

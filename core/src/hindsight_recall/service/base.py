@@ -11,10 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
+from ..engine.banks import validate_bank_id
 from ..errors import BankNotFound
 from ..limits import unicode_problem
-from ..store import banks
-from ..store.db import database_errors
 from .errors import ServiceError, as_text, respond_to
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -35,7 +34,11 @@ def endpoint(handler: Handler) -> Handler:
 
 async def body_of(request: Request, model: type[BaseModel]) -> Any:
     """The request body parsed and validated as ``model``: 400 for malformed JSON, 422 for bad fields."""
-    raw = await request.body()
+    return parse_body(await request.body(), model)
+
+
+def parse_body(raw: bytes | str, model: type[BaseModel]) -> Any:
+    """A JSON body parsed and validated as ``model`` (see :func:`body_of`)."""
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
@@ -90,7 +93,12 @@ def texts_query(request: Request, name: str, max_chars: int = MAX_QUERY_TEXT) ->
 
 def choice_query(request: Request, name: str, choices: tuple[str, ...], default: str | None = None) -> str | None:
     """A query parameter that must be one of ``choices``: 400 naming it and the choices otherwise."""
-    value = text_query(request, name)
+    return checked_choice(name, text_query(request, name), choices, default)
+
+
+def checked_choice(name: str, value: str | None, choices: tuple[str, ...], default: str | None = None) -> str | None:
+    """``value`` when it is one of ``choices`` (``default`` for none): 400 naming ``name`` and the choices
+    otherwise."""
     if value is None:
         return default
     if value not in choices:
@@ -120,14 +128,12 @@ def wake_worker(request: Request) -> None:
 
 
 def bank_of(request: Request) -> str:
-    return banks.validate_bank_id(request.path_params["bank_id"])
+    return validate_bank_id(request.path_params["bank_id"])
 
 
 async def existing_bank(request: Request) -> str:
     """The request's bank id; 404 ``bank_not_found`` unless the bank exists."""
     bank_id = bank_of(request)
-    with database_errors("read the bank"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
+    if not await engine_of(request).banks.exists(bank_id):
+        raise BankNotFound(bank_id)
     return bank_id

@@ -55,11 +55,12 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from ..errors import BankNotFound, RetainError
 from ..jsonl import parse_memory
 from ..types import Budget, FactType, Memory, TagsMatch
-from . import mcp_tools
+from . import mcp_answers, mcp_tools
 from .aliases import AliasResolver
+from .audit import who
 from .items import memory_id
-from .mcp_tools import BankArg, RouteCaller
-from .routes import api_app
+from .mcp_calls import ToolCalls, session_asker, session_bank
+from .mcp_tools import BankArg
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -211,7 +212,7 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
         with _tool_errors():  # an engine that failed to open answers every call with why
             return await slot.get()
 
-    call = RouteCaller(api_app(engine, aliases), opened, engine.settings.mcp_bank_id)
+    calls = ToolCalls(opened, aliases, engine.settings.mcp_bank_id)
     reading = mcp_tools.READING
 
     @server.tool(annotations=reading)
@@ -256,7 +257,8 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
             trace=trace, include_chunks=include_chunks, max_chunk_tokens=max_chunk_tokens,
             include_entities=include_entities, max_entity_tokens=max_entity_tokens,
             include_source_facts=include_source_facts, max_source_facts_tokens=max_source_facts_tokens)
-        return await call("POST", "/memories/recall", bank_id=bank_id, json=body)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await mcp_answers.recalled(calls, call, body)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def retain(
@@ -282,10 +284,12 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
             item = mcp_tools.retain_item(content, context, timestamp, tags, metadata, document_id, strategy)
             if update_mode is not None:
                 item["update_mode"] = update_mode
-            answer = await call("POST", "/memories", bank_id=bank_id, json={"items": [item], "async": True})
+            sent = {"items": [item], "async": True}
+            async with calls.writing(bank_id, "retain", "POST", "/memories", sent) as call:
+                call.answer = await mcp_answers.retain_later(call, sent)
             return {"status": "accepted", "message": "Memory storage initiated",
-                    "operation_id": answer.get("operation_id")}
-        target = call.bank(bank_id)
+                    "operation_id": call.answer.get("operation_id")}
+        target = calls.bank(bank_id)
         with _tool_errors():
             items = memories_from_items(target, memories or [])
             stats = await (await slot.get()).retain(target, items, progress=False)
@@ -297,13 +301,13 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
         """What a bank holds in this server's own terms: memories by type, entities, chunks, documents,
         links and its settings."""
         with _tool_errors():
-            target = call.bank(bank_id)
+            target = calls.bank(bank_id)
             stats = await (await slot.get()).bank_stats(target)
             if stats is None:
                 raise BankNotFound(target)
             return stats
 
-    tools: list[Callable[..., Any]] = [recall, retain, bank_stats, *mcp_tools.register(server, call)]
+    tools: list[Callable[..., Any]] = [recall, retain, bank_stats, *mcp_tools.register(server, calls)]
     server.middleware.append(_refuse_unknown_arguments({t.__name__: frozenset(signature(t).parameters) for t in tools}))
     return server
 
@@ -357,11 +361,12 @@ class McpHttpApp:
         # the session's bank: mounted at /mcp/{bank_id}/, or an X-Bank-Id header (as upstream)
         headers = dict(scope.get("headers") or ())
         named = (scope.get("path_params") or {}).get("bank_id") or headers.get(b"x-bank-id", b"").decode("latin-1")
-        token = mcp_tools.session_bank.set(named or None)
+        token, asker = session_bank.set(named or None), session_asker.set(who(scope))
         try:
             await self._handler(scope, receive, send)
         finally:
-            mcp_tools.session_bank.reset(token)
+            session_asker.reset(asker)
+            session_bank.reset(token)
 
 
 def mcp_app(engine: Engine, *, host: str = "127.0.0.1", max_request_bytes: int = DEFAULT_MAX_REQUEST_BODY_SIZE,

@@ -1,9 +1,9 @@
-"""Upstream Hindsight's MCP tools, each a call of the HTTP route that does the same thing.
+"""Upstream Hindsight's MCP tools, each making the engine calls of the HTTP route that does the same thing.
 
 A tool's result is that route's JSON body, so a memory, a bank or an operation reads the same over
 MCP as over HTTP (the same ids, the same fields), and a route's error comes back as a tool error
-with the route's message. The routes run in process (no socket, no second authentication: the
-``/mcp`` endpoint already passed the service's).
+with the route's message; a write is recorded in the audit log as the route's would be (see
+:mod:`.mcp_calls`). The ``/mcp`` endpoint already passed the service's authentication.
 
 The bank is the ``bank_id`` argument when given, else the session's: ``/mcp/{bank_id}/`` in the
 URL or an ``X-Bank-Id`` header, else ``HINDSIGHT_API_MCP_BANK_ID`` (upstream's
@@ -12,28 +12,23 @@ URL or an ``X-Bank-Id`` header, else ``HINDSIGHT_API_MCP_BANK_ID`` (upstream's
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import quote
 
-import httpx
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from ..errors import InvalidRequest
-from ..store.banks import validate_bank_id
 from ..types import Budget, TagsMatch
+from . import mcp_answers as answers
+from . import operations
 from .items import memory_id
-from .wire import EXTRAS
+from .mcp_calls import ToolCalls
+from .reflect import reflection
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
-
-#: the bank a streamable-HTTP session names (path or header), for tools called without ``bank_id``
-session_bank: ContextVar[str | None] = ContextVar("session_bank", default=None)
 
 READING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITING = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -44,47 +39,7 @@ Limit = Annotated[int, Field(ge=1, le=10_000, description="At most this many ite
 Offset = Annotated[int, Field(ge=0, le=2**31 - 1, description="Items to skip, for paging.")]
 
 
-class RouteCaller:
-    """Calls the service's routes in process and answers their JSON body, or raises :class:`ToolError`."""
-
-    def __init__(self, app: Any, ready: Callable[[], Awaitable[Any]], default_bank: str) -> None:
-        # the routes' whole answers (this project's fields too) and their error messages
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mcp.internal",
-                                         headers=EXTRAS)
-        self._ready, self.default_bank = ready, default_bank
-
-    def bank(self, bank_id: str | None) -> str:
-        """The call's bank, else the session's, else the default; checked as HTTP checks a bank id."""
-        chosen = bank_id if bank_id is not None else session_bank.get() or self.default_bank
-        try:
-            return validate_bank_id(chosen)
-        except InvalidRequest as exc:
-            raise ToolError(str(exc)) from None
-
-    async def __call__(self, method: str, path: str, *, bank_id: str | None = None, json: Any = None,
-                       params: dict[str, Any] | None = None) -> Any:
-        """``path`` is relative to the bank (``""`` for the bank itself) unless it starts with ``/v1/``."""
-        await self._ready()
-        if not path.startswith("/v1/"):
-            path = f"/v1/default/banks/{quote(self.bank(bank_id), safe='')}{path}"
-        query = {k: v for k, v in (params or {}).items() if v is not None}
-        response = await self._client.request(method, path, json=json, params=query)
-        try:
-            body = response.json() if response.content else {}
-        except ValueError:  # not one of the routes' JSON answers (a defect): say what came back
-            body = {"message": f"{method} {path} answered {response.status_code}: {response.text[:200]}"}
-        if response.status_code >= 400:
-            message = body.get("message") or body.get("detail") if isinstance(body, dict) else None
-            raise ToolError(str(message or f"{method} {path} answered {response.status_code}"))
-        return body
-
-
-def part(value: str) -> str:
-    """One path segment: ids may hold any character, slashes included."""
-    return quote(value, safe="")
-
-
-def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., Any]]:
+def register(server: MCPServer[Any], calls: ToolCalls) -> list[Callable[..., Any]]:
     """Add upstream's tools that need no LLM to ``server``; returns them (for argument checking)."""
 
     @server.tool(annotations=WRITING)
@@ -100,10 +55,11 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
     ) -> dict[str, Any]:
         """Store one memory and wait until it is stored and recallable; returns its id."""
         document = document_id or str(uuid.uuid4())
-        item = retain_item(content, context, timestamp, tags, metadata, document, strategy)
-        await call("POST", "/memories", bank_id=bank_id, json={"items": [item]})
+        sent = {"items": [retain_item(content, context, timestamp, tags, metadata, document, strategy)]}
+        async with calls.writing(bank_id, "retain", "POST", "/memories", sent) as call:
+            call.answer = await answers.retain_now(call, sent)
         return {"status": "completed", "message": "Memory stored successfully",
-                "memory_ids": [memory_id(call.bank(bank_id), document, 0)]}
+                "memory_ids": [memory_id(call.bank, document, 0)]}
 
     @server.tool(annotations=READING)
     async def list_banks(
@@ -111,7 +67,9 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         limit: Limit = 100, offset: Offset = 0,
     ) -> dict[str, Any]:
         """List the banks, with their names, missions and memory counts."""
-        return await call("GET", "/v1/default/banks", params={"q": query, "limit": limit, "offset": offset})  # type: ignore[no-any-return]
+        async with calls.engine() as engine:
+            page, total = await engine.banks.page(search=answers.text("q", query), limit=limit, offset=offset)
+        return {"banks": page, "total": total, "limit": limit, "offset": offset}
 
     @server.tool(annotations=WRITING)
     async def create_bank(
@@ -121,12 +79,15 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
     ) -> dict[str, Any]:
         """Create a bank (or update an existing one's name and mission); returns its profile."""
         body = {k: v for k, v in {"name": name, "mission": mission}.items() if v is not None}
-        return await call("PUT", "", bank_id=bank_id, json=body)  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "create_bank", "PUT", "", body, renames=True) as call:
+            call.answer = await answers.write_bank(call, body)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=READING)
     async def get_bank(bank_id: BankArg = None) -> dict[str, Any]:
         """A bank's profile: name, mission and disposition."""
-        return await call("GET", "/profile", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await answers.bank_profile(call.engine, call.bank)
 
     @server.tool(annotations=WRITING)
     async def update_bank(
@@ -138,21 +99,29 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
     ) -> dict[str, Any]:
         """Change a bank's name, mission or settings; returns its profile."""
         if config_updates:
-            await call("PATCH", "/config", bank_id=bank_id, json={"updates": config_updates})
+            sent = {"updates": config_updates}
+            async with calls.writing(bank_id, "update_bank_config", "PATCH", "/config", sent) as call:
+                call.answer = await answers.configure(call, sent)
         body = {k: v for k, v in {"name": name, "mission": mission}.items() if v is not None}
-        if body:  # PUT merges the fields given into the profile
-            return await call("PUT", "", bank_id=bank_id, json=body)  # type: ignore[no-any-return]
-        return await call("GET", "/profile", bank_id=bank_id)  # type: ignore[no-any-return]
+        if body:  # as PUT, which merges the fields given into the profile
+            async with calls.writing(bank_id, "create_bank", "PUT", "", body, renames=True) as call:
+                call.answer = await answers.write_bank(call, body)
+            return call.answer  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await answers.bank_profile(call.engine, call.bank)
 
     @server.tool(annotations=DELETING)
     async def delete_bank(bank_id: BankArg = None) -> dict[str, Any]:
         """Delete a bank with everything in it."""
-        return await call("DELETE", "", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "delete_bank", "DELETE", "", renames=True) as call:
+            call.answer = await answers.delete_bank(call)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=READING)
     async def get_bank_stats(bank_id: BankArg = None) -> dict[str, Any]:
         """Counts of what a bank holds, in upstream's shape."""
-        return await call("GET", "/stats", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await answers.bank_stats(call.engine, call.bank)
 
     @server.tool(annotations=READING)
     async def list_memories(
@@ -163,14 +132,16 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         tags_match: Annotated[TagsMatch, Field(description="How tags filter.")] = TagsMatch.ANY,
     ) -> dict[str, Any]:
         """A page of a bank's memories, newest first, with the total."""
-        params = {"type": type, "q": q, "limit": limit, "offset": offset, "tags": tags,
-                  "tags_match": tags_match.value if tags else None}
-        return await call("GET", "/memories/list", bank_id=bank_id, params=params)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await answers.memory_page(call, kind=type, search=q, tags=tags,
+                                             tags_match=tags_match.value if tags else None, limit=limit,
+                                             offset=offset)
 
     @server.tool(annotations=READING)
     async def get_memory(memory_id: str, bank_id: BankArg = None) -> dict[str, Any]:
         """One memory with its entities, tags and dates."""
-        return await call("GET", f"/memories/{part(memory_id)}", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await answers.memory(call.engine, call.bank, memory_id)
 
     @server.tool(annotations=WRITING)
     async def update_memory(
@@ -191,7 +162,9 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         body: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
         if entities is not None:
             body["resolve_entities"] = resolve_entities
-        return await call("PATCH", f"/memories/{part(memory_id)}", bank_id=bank_id, json=body)  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "update_memory", "PATCH", f"/memories/{memory_id}", body) as call:
+            call.answer = await answers.edit_memory(call, memory_id, body)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=WRITING)
     async def invalidate_memory(
@@ -204,7 +177,9 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         body: dict[str, Any] = {"state": "valid" if restore else "invalidated"}
         if reason is not None:
             body["reason"] = reason
-        return await call("PATCH", f"/memories/{part(memory_id)}", bank_id=bank_id, json=body)  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "update_memory", "PATCH", f"/memories/{memory_id}", body) as call:
+            call.answer = await answers.edit_memory(call, memory_id, body)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=DELETING)
     async def clear_memories(
@@ -212,7 +187,9 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         bank_id: BankArg = None,
     ) -> dict[str, Any]:
         """Delete a bank's memories (of one type, or all); the bank and its settings stay."""
-        return await call("DELETE", "/memories", bank_id=bank_id, params={"type": type})  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "clear_memories", "DELETE", "/memories") as call:
+            call.answer = await answers.cleared(call, type)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=READING)
     async def list_documents(
@@ -220,18 +197,23 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         limit: Limit = 100, offset: Offset = 0, bank_id: BankArg = None,
     ) -> dict[str, Any]:
         """A page of a bank's documents with their memory counts, and the total."""
-        return await call("GET", "/documents", bank_id=bank_id,  # type: ignore[no-any-return]
-                          params={"q": q, "limit": limit, "offset": offset})
+        async with calls.reading(bank_id) as call:
+            return await call.engine.documents.page(
+                call.bank, search=answers.text("q", q), tags=None, tags_match="any_strict", time_field=None,
+                start=None, end=None, limit=limit, offset=offset)
 
     @server.tool(annotations=READING)
     async def get_document(document_id: str, bank_id: BankArg = None) -> dict[str, Any]:
         """One document: its text, tags and memory count."""
-        return await call("GET", f"/documents/{part(document_id)}", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await answers.document(call.engine, call.bank, document_id)
 
     @server.tool(annotations=DELETING)
     async def delete_document(document_id: str, bank_id: BankArg = None) -> dict[str, Any]:
         """Delete a document with its memories, chunks and links."""
-        return await call("DELETE", f"/documents/{part(document_id)}", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "delete_document", "DELETE", f"/documents/{document_id}") as call:
+            call.answer = await answers.delete_document(call, document_id)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=READING)
     async def list_tags(
@@ -239,8 +221,10 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         limit: Limit = 100, offset: Offset = 0, bank_id: BankArg = None,
     ) -> dict[str, Any]:
         """The bank's tags with how many memories carry each."""
-        return await call("GET", "/tags", bank_id=bank_id,  # type: ignore[no-any-return]
-                          params={"q": q, "limit": limit, "offset": offset})
+        async with calls.reading(bank_id) as call:
+            items, total = await call.engine.memories.tags(call.bank, pattern=answers.text("q", q), limit=limit,
+                                                           offset=offset)
+        return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     @server.tool(annotations=READING)
     async def list_operations(
@@ -251,19 +235,26 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         exclude_parents: bool = False, bank_id: BankArg = None,
     ) -> dict[str, Any]:
         """The bank's asynchronous operations, newest first."""
-        params = {"status": status, "type": type, "limit": limit, "offset": offset,
-                  "exclude_parents": "true" if exclude_parents else None}
-        return await call("GET", "/operations", bank_id=bank_id, params=params)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            wanted, kind = operations.filters(status, type)
+            return await operations.operations_page(  # no operation here has children: none to exclude
+                call.engine, call.bank, status=wanted, kind=kind,
+                limit=operations.bounded("limit", str(limit), 20, 1, operations.MAX_LIMIT),
+                offset=operations.bounded("offset", str(offset), 0, 0, operations.MAX_OFFSET))
 
     @server.tool(annotations=READING)
     async def get_operation(operation_id: str, bank_id: BankArg = None) -> dict[str, Any]:
         """One operation's status and progress."""
-        return await call("GET", f"/operations/{part(operation_id)}", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.reading(bank_id) as call:
+            return await operations.operation_status(call.engine, call.bank, operations.operation_id_of(operation_id))
 
     @server.tool(annotations=DELETING)
     async def cancel_operation(operation_id: str, bank_id: BankArg = None) -> dict[str, Any]:
         """Cancel an operation that has not finished."""
-        return await call("DELETE", f"/operations/{part(operation_id)}", bank_id=bank_id)  # type: ignore[no-any-return]
+        async with calls.writing(bank_id, "cancel_operation", "DELETE", f"/operations/{operation_id}") as call:
+            call.answer = await operations.changed(call.engine, call.bank, operations.operation_id_of(operation_id),
+                                                   operations.CANCEL)
+        return call.answer  # type: ignore[no-any-return]
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True))
     async def reflect(
@@ -293,8 +284,9 @@ def register(server: MCPServer[Any], call: RouteCaller) -> list[Callable[..., An
         body = {"query": query, "context": context, "budget": budget.value, "max_tokens": max_tokens,
                 "response_schema": response_schema, "tags": tags, "tags_match": tags_match.value,
                 "include": include}
-        return await call("POST", "/reflect", bank_id=bank_id,  # type: ignore[no-any-return]
-                          json={k: v for k, v in body.items() if v is not None})
+        sent = {k: v for k, v in body.items() if v is not None}
+        async with calls.reading(bank_id) as call:
+            return await reflection(call.engine, call.bank, json.dumps(sent))
 
     return [reflect, sync_retain, list_banks, create_bank, get_bank, update_bank, delete_bank, get_bank_stats,
             list_memories, get_memory, update_memory, invalidate_memory, clear_memories, list_documents, get_document,

@@ -1,23 +1,23 @@
-"""Operation routes: list, get, cancel, retry and delete a bank's async operations (upstream's shapes)."""
+"""Operation routes: list, get, cancel, retry and delete a bank's async operations (upstream's shapes).
+
+Each route parses its request, then calls one of the functions below, which the MCP tools call too:
+one engine call and the answer's body.
+"""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import BankNotFound
-from ..store import banks, operations
-from ..store.db import database_errors
-from ..store.operations import Operation
-from .base import bank_of, endpoint, engine_of, flag_query
+from ..engine import Engine, operations
+from ..engine.operations import Operation
+from .base import bank_of, endpoint, engine_of, flag_query, wake_worker
 from .errors import ServiceError
 from .wire import answer
 
@@ -50,15 +50,19 @@ def _listed(op: Operation) -> dict[str, Any]:
 
 
 def _operation_id(request: Request) -> uuid.UUID:
-    raw = request.path_params["operation_id"]
+    return operation_id_of(request.path_params["operation_id"])
+
+
+def operation_id_of(raw: str) -> uuid.UUID:
+    """An operation id given as text: 400 ``invalid_operation_id`` unless it is a UUID."""
     try:
         return uuid.UUID(raw)
     except ValueError:
         raise ServiceError(400, "invalid_operation_id", f"Invalid operation_id format: {raw}") from None
 
 
-def _bounded(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
+def bounded(name: str, raw: str | None, default: int, low: int, high: int) -> int:
+    """A page bound given as text (``default`` when absent): 422 unless digits, 400 outside ``low``..``high``."""
     if raw is None:
         return default
     if not raw.isascii() or not raw.isdigit():
@@ -73,24 +77,33 @@ def _bounded(request: Request, name: str, default: int, low: int, high: int) -> 
 async def list_operations(request: Request) -> Response:
     """Newest first, filtered by status and type; 404 for a bank that does not exist (as upstream)."""
     bank_id = bank_of(request)
-    status = request.query_params.get("status") or None
+    status, kind = filters(request.query_params.get("status"), request.query_params.get("type"))
+    limit = bounded("limit", request.query_params.get("limit"), 20, 1, MAX_LIMIT)
+    offset = bounded("offset", request.query_params.get("offset"), 0, 0, MAX_OFFSET)
+    flag_query(request, "exclude_parents")  # no operation here has children: nothing to exclude
+    body = await operations_page(engine_of(request), bank_id, status=status, kind=kind, limit=limit, offset=offset)
+    return answer(request, "OperationsListResponse", body)
+
+
+def filters(status: str | None, kind: str | None) -> tuple[str | None, str | None]:
+    """The list's status and type filters (empty ones: none): 422 for an unknown status, 400 for a type
+    holding a NUL byte."""
+    status, kind = status or None, kind or None
     if status is not None and status not in operations.STATUSES:
         raise ServiceError(422, "invalid_request", f"status: {status[:40]!r} is not one of "
                            f"{', '.join(operations.STATUSES)}")
-    kind = request.query_params.get("type") or None
     if kind is not None and "\x00" in kind:
         raise ServiceError(400, "bad_request", "type: must not contain NUL bytes")
-    limit = _bounded(request, "limit", 20, 1, MAX_LIMIT)
-    offset = _bounded(request, "offset", 0, 0, MAX_OFFSET)
-    flag_query(request, "exclude_parents")  # no operation here has children: nothing to exclude
-    with database_errors("listing operations"):
-        async with engine_of(request).db.connect() as conn:
-            if await banks.bank_config(conn, bank_id) is None:
-                raise BankNotFound(bank_id)
-            found, total = await operations.listing(conn, bank_id, status=status, operation_type=kind,
-                                                    limit=limit, offset=offset)
-    return answer(request, "OperationsListResponse", {"bank_id": bank_id, "total": total, "limit": limit,
-                                                      "offset": offset, "operations": [_listed(op) for op in found]})
+    return status, kind
+
+
+async def operations_page(engine: Engine, bank_id: str, *, status: str | None, kind: str | None, limit: int,
+                          offset: int) -> dict[str, Any]:
+    """The list's answer: the bank's operations, newest first; 404 for a bank that does not exist."""
+    found, total = await engine.operations.page(bank_id, status=status, operation_type=kind, limit=limit,
+                                                offset=offset)
+    return {"bank_id": bank_id, "total": total, "limit": limit, "offset": offset,
+            "operations": [_listed(op) for op in found]}
 
 
 @endpoint
@@ -99,19 +112,22 @@ async def get_operation(request: Request) -> Response:
     bank_id = bank_of(request)
     operation_id = _operation_id(request)
     with_payload = flag_query(request, "include_payload")
-    with database_errors("reading an operation"):
-        async with engine_of(request).db.connect() as conn:
-            op = await operations.get(conn, bank_id, operation_id)
-            payload = (await operations.payload_of(conn, bank_id, operation_id))[0] if op and with_payload else None
+    body = await operation_status(engine_of(request), bank_id, operation_id, with_payload=with_payload)
+    return answer(request, "OperationStatusResponse", body)
+
+
+async def operation_status(engine: Engine, bank_id: str, operation_id: uuid.UUID, *,
+                           with_payload: bool = False) -> dict[str, Any]:
+    """One operation's answer; an unknown id is status ``not_found`` (as upstream)."""
+    op, payload = await engine.operations.get(bank_id, operation_id, with_payload=with_payload)
     oid = str(operation_id)
     if op is None:
-        return answer(request, "OperationStatusResponse", {
-            "operation_id": oid, "status": "not_found", "operation_type": None, "id": oid, "task_type": None,
-            "created_at": None, "updated_at": None, "completed_at": None, "error_message": None})
+        return {"operation_id": oid, "status": "not_found", "operation_type": None, "id": oid, "task_type": None,
+                "created_at": None, "updated_at": None, "completed_at": None, "error_message": None}
     listed = _listed(op)
     metadata = {"items_count": op.items_count, "processed": op.processed, "attempts": op.attempts,
                 "worker_id": op.worker_id, **(op.result or {})}
-    return answer(request, "OperationStatusResponse", {
+    return {
         "operation_id": oid, "status": op.status, "operation_type": op.operation_type, "id": oid,
         "task_type": op.operation_type, "mental_model_id": None, "created_at": listed["created_at"],
         "updated_at": listed["updated_at"], "completed_at": _iso(op.completed_at), "error_message": op.error_message,
@@ -119,14 +135,14 @@ async def get_operation(request: Request) -> Response:
         "result_metadata": metadata, "child_operations": None,
         "task_payload": None if payload is None else json.loads(payload),
         "attempts": op.attempts,
-    })
+    }
 
 
 @dataclass(frozen=True)
 class Change:
-    """A change of an operation's status: the store call, and the words of its answers."""
+    """A change of an operation's status: the engine's name of it, and the words of its answers."""
 
-    apply: Callable[[AsyncConnection, str, uuid.UUID], Awaitable[bool]]
+    apply: operations.Change
     what: str
     allowed: str
     done: str
@@ -134,39 +150,42 @@ class Change:
     schema: str
 
 
-CANCEL = Change(operations.cancel, "cancelled", "only 'pending' and 'processing' operations can be cancelled",
+CANCEL = Change("cancel", "cancelled", "only 'pending' and 'processing' operations can be cancelled",
                 "cancelled", "CancelOperationResponse")
-RETRY = Change(operations.requeue, "retried", "expected 'failed' or 'cancelled'", "queued for retry",
+RETRY = Change("retry", "retried", "expected 'failed' or 'cancelled'", "queued for retry",
                "RetryOperationResponse")
-DELETE = Change(operations.delete, "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted",
+DELETE = Change("delete", "deleted", "expected 'failed', 'cancelled' or 'completed'", "deleted",
                 "DeleteOperationResponse")
 
 
-async def change_operation(request: Request, bank_id: str, operation_id: uuid.UUID, change: Change) -> str:
-    """Apply ``change`` to the bank's operation and wake the worker; the message saying it was done.
+async def change_operation(request: Request, bank_id: str, operation_id: uuid.UUID, change: Change, *,
+                           bank_required: bool = False) -> dict[str, Any]:
+    """Apply ``change`` to the bank's operation (:func:`changed`) and wake the worker; the answer's body.
+    The console's buttons call this too."""
+    body = await changed(engine_of(request), bank_id, operation_id, change, bank_required=bank_required)
+    wake_worker(request)
+    return body
+
+
+async def changed(engine: Engine, bank_id: str, operation_id: uuid.UUID, change: Change, *,
+                  bank_required: bool = False) -> dict[str, Any]:
+    """Apply ``change`` to the bank's operation; the answer's body, its message saying it was done.
 
     Raises 404 when the bank has no such operation, 409 when its status does not allow it (upstream's
-    answers). The console's buttons call this too.
+    answers); with ``bank_required``, 404 ``bank_not_found`` first for a bank that does not exist.
     """
-    with database_errors(f"{change.what} an operation"):
-        async with engine_of(request).db.connect() as conn:
-            changed = await change.apply(conn, bank_id, operation_id)
-            current = None if changed else await operations.get(conn, bank_id, operation_id)
-    if not changed:
+    done, current = await engine.operations.change(bank_id, operation_id, change.apply, bank_required=bank_required)
+    if not done:
         if current is None:
             raise ServiceError(404, "operation_not_found", f"Operation {operation_id} not found for bank {bank_id}")
         raise ServiceError(409, "conflict", f"Operation {operation_id} cannot be {change.what}: status is "
                            f"'{current.status}', {change.allowed}")
-    worker = getattr(request.app.state, "worker", None)
-    if worker is not None:
-        worker.wake()
-    return f"Operation {operation_id} {change.done}"
+    return {"success": True, "message": f"Operation {operation_id} {change.done}", "operation_id": str(operation_id)}
 
 
 async def _change(request: Request, change: Change) -> Response:
-    operation_id = _operation_id(request)
-    message = await change_operation(request, bank_of(request), operation_id, change)
-    return answer(request, change.schema, {"success": True, "message": message, "operation_id": str(operation_id)})
+    body = await change_operation(request, bank_of(request), _operation_id(request), change)
+    return answer(request, change.schema, body)
 
 
 @endpoint

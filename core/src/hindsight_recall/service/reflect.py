@@ -16,14 +16,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..engine import Engine
+from ..engine.audit import PERIODS
 from ..errors import QueryTooLong
 from ..llm.errors import LLMError, LLMNotConfigured, LLMTimeout
 from ..llm.types import ChatRequest, Message
 from ..reflect import reflector_for
-from ..store.audit import PERIODS
 from ..types import Budget, FactType, TagsMatch
 from ._params import bounded_int
-from .base import bank_of, body_of, endpoint, engine_of, existing_bank, text_query
+from .base import bank_of, endpoint, engine_of, existing_bank, parse_body, text_query
 from .errors import ServiceError
 from .schemas import UNSUPPORTED, _Body
 from .wire import answer
@@ -83,11 +84,16 @@ class ReflectBody(_Body):
 async def reflect(request: Request) -> Response:
     """Recall with the request's budget and filters, then ask the configured chat model (501 when there is none)."""
     bank_id = bank_of(request)
-    engine = engine_of(request)
+    return answer(request, "ReflectResponse", await reflection(engine_of(request), bank_id, await request.body()))
+
+
+async def reflection(engine: Engine, bank_id: str, raw: bytes | str) -> dict[str, Any]:
+    """The answer to the reflect body ``raw`` (JSON, read only once a chat model is configured); the MCP
+    tool calls this too."""
     reflector = reflector_for(engine)
     try:
         reflector.llm()
-        body: ReflectBody = await body_of(request, ReflectBody)
+        body: ReflectBody = parse_body(raw, ReflectBody)
         if body.tag_groups is not None:
             raise ServiceError(400, "unsupported_field", f"tag_groups: {UNSUPPORTED['tag_groups']}")
         allowed = engine.settings.recall_max_query_tokens
@@ -105,7 +111,7 @@ async def reflect(request: Request) -> Response:
         )
     except LLMError as exc:
         raise ServiceError(exc.status, exc.code, str(exc)) from None
-    return answer(request, "ReflectResponse", result)
+    return result
 
 
 #: the reply a probe asks for: a word is enough to know the model answers

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from . import (
@@ -26,12 +22,6 @@ from . import (
     unserved,
     webhooks,
 )
-from .errors import http_error
-from .metrics import ServiceMetrics
-from .ops import ServiceState
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 #: every bank-scoped path starts here
 BANKS_PATH = "/v1/default/banks/{bank_id}"
@@ -46,10 +36,3 @@ def api_routes() -> list[Route]:
             *audit.routes(BANKS_PATH), *templates.routes(BANKS_PATH),
             *observations.routes(BANKS_PATH), *unserved.routes()]
 
-
-def api_app(engine: Engine, resolver: aliases.AliasResolver) -> aliases.AliasRouting:
-    """The routes alone over ``engine``, bank aliases resolved: no guard, no lifespan (what the MCP
-    tools call in process)."""
-    app = Starlette(routes=api_routes(), exception_handlers={HTTPException: http_error})
-    app.state.engine, app.state.service, app.state.metrics = engine, ServiceState(ready=True), ServiceMetrics()
-    return aliases.AliasRouting(audit.AuditLog(app, engine, "mcp"), resolver)

@@ -1,9 +1,9 @@
 """Webhook events and their delivery, as upstream Hindsight sends them.
 
 An event (``retain.completed`` after each retained item) becomes one queued operation per subscribed
-webhook, in one statement after the retain committed; the queue worker sends it from its own lane, so
-a slow or failing endpoint never holds back a retain. A failed attempt is tried again after
-``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h), then the delivery fails.
+webhook, in one statement after the retain committed (the engine's webhooks queue it); the queue worker
+sends it from its own lane, so a slow or failing endpoint never holds back a retain. A failed attempt is
+tried again after ``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h), then the delivery fails.
 
 Each request carries upstream's headers: ``X-Hindsight-Event``, ``X-Hindsight-Event-Id`` (the same for
 every webhook and attempt: receivers dedupe on it), ``X-Hindsight-Delivery-Id`` (the operation), and
@@ -17,10 +17,8 @@ import asyncio
 import hashlib
 import hmac
 import ipaddress
-import json
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -29,13 +27,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..engine import Engine
+from ..engine.operations import Operation
 from ..settings import Settings
-from ..store import operations, webhooks
 from .errors import ServiceError
 
 log = logging.getLogger("hindsight_recall.service.webhooks")
 
-RETAIN_COMPLETED = "retain.completed"
 #: how much of an endpoint's answer a delivery keeps
 MAX_KEPT_BODY = 2048
 
@@ -123,44 +120,16 @@ async def fire_retain(engine: Engine, bank_id: str, items: Sequence[tuple[str | 
     webhook of the bank that takes it; how many deliveries were queued. Never raises: a retain that
     committed stays a success (a failure to queue is logged)."""
     try:
-        async with engine.db.connect() as conn:
-            hooks = await webhooks.subscribed(conn, bank_id, RETAIN_COMPLETED)
-            if not hooks:
-                return 0
-            documents = sorted({d for d, _ in items if d})
-            counts = await webhooks.document_counts(conn, bank_id, documents)
-            now, op = _iso(datetime.now(UTC)), operation_id or uuid.uuid4().hex
-            events = [_event(bank_id, op, now, document, tags, counts) for document, tags in items]
-            queued = [(uuid.uuid4(), json.dumps({"webhook_id": hook["id"], "url": hook["url"],
-                                                 "event_type": RETAIN_COMPLETED, "event_id": event_id,
-                                                 "http_config": hook["http_config"], "body": body}))
-                      for event_id, body in events for hook in hooks]
-            await webhooks.queue(conn, bank_id, queued)
-        return len(queued)
+        return await engine.webhooks.retain_completed(bank_id, items, operation_id)
     except Exception as exc:  # the retain is done; its notification is not worth failing it
         log.warning("queueing webhook deliveries for bank %s failed: %s", bank_id, exc)
         return 0
 
 
-def _event(bank_id: str, operation_id: str, now: str, document: str | None, tags: Sequence[str],
-           counts: dict[str, int]) -> tuple[str, str]:
-    """(event id, the JSON body) of one ``retain.completed``; null fields left out, as upstream."""
-    event_id = str(uuid.uuid4())
-    data: dict[str, Any] = {"tags": list(tags)} if tags else {}
-    if document:
-        data = {"document_id": document, **data, "memory_unit_count": counts.get(document, 0)}
-    body = {"event_id": event_id, "event": RETAIN_COMPLETED, "bank_id": bank_id, "operation_id": operation_id,
-            "status": "completed", "timestamp": now, "data": data}
-    return event_id, json.dumps(body, separators=(",", ":"))
-
-
-async def deliver(engine: Engine, op: operations.Operation, client: httpx.AsyncClient) -> dict[str, Any]:
+async def deliver(engine: Engine, op: Operation, client: httpx.AsyncClient) -> dict[str, Any]:
     """Make one attempt at the delivery ``op``; its result metadata. Raises :class:`RetryLater` or
     :class:`DeliveryFailed` when the endpoint failed."""
-    async with engine.db.connect() as conn:
-        payload, _ = await operations.payload_of(conn, op.bank_id, op.operation_id)
-        task = json.loads(payload or "{}")
-        exists, secret = await webhooks.secret_of(conn, op.bank_id, task["webhook_id"])
+    task, exists, secret = await engine.webhooks.delivery(op)
     result: dict[str, Any] = {"last_status_code": None, "last_response_body": None,
                               "last_attempt_at": _iso(datetime.now(UTC))}
     if not exists:

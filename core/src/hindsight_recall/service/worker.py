@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import socket
@@ -24,11 +23,10 @@ import uuid
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..engine import Engine
+from ..engine.operations import DELIVERY_TYPE, Lost, Operation
 from ..errors import describe_error, redact
-from ..store import operations
 from . import async_retain, webhook_delivery
 from .errors import classify
 
@@ -40,10 +38,6 @@ POLL_SECONDS = 1.0
 STOP_SECONDS = 3.0
 
 Key = tuple[str, uuid.UUID]
-
-
-class Lost(Exception):
-    """The operation is no longer this worker's to run (cancelled, deleted, or taken after its lease)."""
 
 
 class Worker:
@@ -88,15 +82,14 @@ class Worker:
                     await self._wake.wait()
 
     async def _claim(self, lane: dict[Key, asyncio.Task[None]], free: int) -> None:
-        async with self.engine.db.connect() as conn:
-            found = await operations.candidates(conn, free + len(lane), deliveries=lane is self.delivering)
+        queue = self.engine.operations
+        found = await queue.candidates(free + len(lane), deliveries=lane is self.delivering)
         for key in found:
             if free == 0:
                 return
             if key in lane:
                 continue
-            async with self.engine.db.connect() as conn:
-                op = await operations.claim(conn, key[0], key[1], self.id, self.lease)
+            op = await queue.claim(key[0], key[1], self.id, self.lease)
             if op is None:
                 continue
             free -= 1
@@ -109,7 +102,7 @@ class Worker:
         lane.pop(key, None)
         self._wake.set()
 
-    async def _run(self, op: operations.Operation) -> None:
+    async def _run(self, op: Operation) -> None:
         """Run one claimed operation under its lease; record how it ended."""
         log.info("operation %s (%s, bank %s) started, attempt %d", op.operation_id, op.operation_type, op.bank_id,
                  op.attempts)
@@ -153,21 +146,12 @@ class Worker:
     def _lost(keeper: asyncio.Task[None]) -> bool:
         return keeper.done() and not keeper.cancelled() and isinstance(keeper.exception(), Lost)
 
-    async def _work(self, op: operations.Operation) -> dict[str, Any]:
-        async def record_plan(plan: str) -> None:
-            async with self.engine.db.connect() as conn:
-                if not await operations.record_plan(conn, op, self.id, plan):
-                    raise Lost()
-
-        async def checkpoint(conn: AsyncConnection, stage: str, processed: int) -> None:
-            if not await operations.progress(conn, op, self.id, stage, processed):
-                raise Lost()
-
-        if op.operation_type == operations.DELIVERY_TYPE:
+    async def _work(self, op: Operation) -> dict[str, Any]:
+        if op.operation_type == DELIVERY_TYPE:
             return await webhook_delivery.deliver(self.engine, op, self._client())
         if op.operation_type != async_retain.RETAIN:
             raise ValueError(f"this server cannot run operations of type {op.operation_type!r}")
-        result, retained = await async_retain.run(self.engine, op, record_plan, checkpoint, self.chunk_items)
+        result, retained = await async_retain.run(self.engine, op, self.id, self.chunk_items)
         if await webhook_delivery.fire_retain(self.engine, op.bank_id, retained, str(op.operation_id)):
             self.wake()
         return result
@@ -178,14 +162,13 @@ class Worker:
             self._http = httpx.AsyncClient(follow_redirects=False)
         return self._http
 
-    async def _keep_lease(self, op: operations.Operation, work: asyncio.Task[Any]) -> None:
+    async def _keep_lease(self, op: Operation, work: asyncio.Task[Any]) -> None:
         """Renew the lease while ``work`` runs; cancel it once the lease is lost or about to run out."""
         renewed = time.monotonic()
         while not work.done():
             await asyncio.sleep(self.lease / 3)
             try:
-                async with self.engine.db.connect() as conn:
-                    mine = await operations.renew(conn, op, self.id, self.lease)
+                mine = await self.engine.operations.renew(op, self.id, self.lease)
             except Exception as exc:
                 log.warning("renewing the lease of operation %s failed: %s", op.operation_id,
                             redact(describe_error(exc) or repr(exc)))
@@ -196,16 +179,14 @@ class Worker:
                 work.cancel()
                 raise Lost()
 
-    async def _finish(self, op: operations.Operation, status: str, *, error: str | None = None,
+    async def _finish(self, op: Operation, status: str, *, error: str | None = None,
                       result: dict[str, Any] | None = None, delay: float = 0) -> None:
         """Record how the run ended; ``retry`` queues the operation again after ``delay`` seconds."""
-        stored = None if result is None else json.dumps(result)
         try:
-            async with self.engine.db.connect() as conn:
-                if status == "retry":
-                    await operations.retry_later(conn, op, self.id, delay, error or "", stored)
-                else:
-                    await operations.finish(conn, op, self.id, status, error=error, result=stored)
+            if status == "retry":
+                await self.engine.operations.retry_later(op, self.id, delay, error or "", result)
+            else:
+                await self.engine.operations.finish(op, self.id, status, error=error, result=result)
         except Exception as exc:  # the lease runs out and another worker resumes it
             log.warning("recording the end of operation %s failed: %s", op.operation_id,
                         redact(describe_error(exc) or repr(exc)))
@@ -222,6 +203,5 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STOP_SECONDS):
                 await asyncio.gather(*runs.values(), return_exceptions=True)
-                async with self.engine.db.connect() as conn:
-                    released = await operations.release(conn, list(runs), self.id)
+                released = await self.engine.operations.release(list(runs), self.id)
                 log.info("handed %d running operation(s) back to the queue", released)

@@ -12,11 +12,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...store import operations
-from ..base import bank_of, choice_query, int_query
+from ...engine import operations
+from ..base import bank_of, choice_query, engine_of, int_query
 from ..operations import CANCEL, RETRY, Change, change_operation
 from .auth import PREFIX
-from .reads import connect, existing
 from .render import Console, redirect, segment
 
 PAGE_SIZE = 50
@@ -47,10 +46,8 @@ async def operation_list(request: Request, console: Console) -> Response:
     bank_id = bank_of(request)
     status = choice_query(request, "status", operations.STATUSES)
     offset = int_query(request, "offset", 0, MAX_OFFSET)
-    async with connect(request, "listing operations") as conn:
-        await existing(conn, bank_id)
-        found, total = await operations.listing(conn, bank_id, status=status, operation_type=None,
-                                                limit=PAGE_SIZE, offset=offset)
+    found, total = await engine_of(request).operations.page(bank_id, status=status, operation_type=None,
+                                                            limit=PAGE_SIZE, offset=offset)
     return console.render(request, "operations.html", bank_id=bank_id, rows=[_shown(op) for op in found],
                           total=total, offset=offset, size=PAGE_SIZE, wanted=status or "",
                           statuses=operations.STATUSES)
@@ -65,9 +62,7 @@ def _missing(request: Request, console: Console, bank_id: str) -> Response:
 async def operation(request: Request, console: Console) -> Response:
     bank_id = bank_of(request)
     operation_id = _operation_id(request)
-    async with connect(request, "reading an operation") as conn:
-        await existing(conn, bank_id)
-        found = await operations.get(conn, bank_id, operation_id) if operation_id else None
+    found = await engine_of(request).operations.of_bank(bank_id, operation_id)
     if found is None:
         return _missing(request, console, bank_id)
     done = DONE.get(request.query_params.get("done", ""))
@@ -77,12 +72,11 @@ async def operation(request: Request, console: Console) -> Response:
 async def _change(request: Request, console: Console, change: Change, name: str) -> Response:
     bank_id = bank_of(request)
     operation_id = _operation_id(request)
-    async with connect(request, "reading an operation") as conn:
-        await existing(conn, bank_id)
     if operation_id is None:
+        await engine_of(request).operations.of_bank(bank_id, None)  # a bank that does not exist is a 404 first
         return _missing(request, console, bank_id)
     # a 404 (no such operation in this bank) or 409 (its status forbids it) is the API's, shown as a page
-    await change_operation(request, bank_id, operation_id, change)
+    await change_operation(request, bank_id, operation_id, change, bank_required=True)
     return redirect(f"{PREFIX}/banks/{segment(bank_id)}/operations/{operation_id}?done={name}")
 
 

@@ -1,9 +1,9 @@
 """The console's pages: banks, a bank (profile and settings), recall with its trace, memories,
-documents and entities. Reads go through the same engine and store functions as the API's routes."""
+documents and entities. Each page is one call on the engine (its browsing reads, or the calls the API's
+routes make)."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import uuid
 from datetime import UTC, datetime
@@ -14,10 +14,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ...engine.browse import DEFAULT_DISPOSITION, PERIODS
 from ...errors import BankNotFound, InvalidRequest
 from ...recall.trace import phase_sink
 from ...settings import BankSettings, Settings
-from ...store import bank_reads, banks, browse, listing
 from ..base import MAX_QUERY_TEXT, bank_of, choice_query, engine_of, int_query, text_query, texts_query
 from ..errors import ServiceError
 from ..memories import date_range
@@ -25,7 +25,6 @@ from ..ops import Admission
 from . import operations as ops
 from .auth import LOGIN_COOKIE, PREFIX
 from .charts import TYPES, ring, stacked_columns
-from .reads import connect, existing
 from .render import HERE, Console, redirect, segment
 from .story import phase_bars, read_trace, why_not
 
@@ -35,6 +34,8 @@ DATE_FIELDS = {"mentioned_at": "mentioned", "occurred_start": "event starts", "o
                "created_at": "stored", "updated_at": "updated"}
 #: the longest offset a page link may carry (bounded, as the API's are)
 MAX_OFFSET = 10_000_000
+#: the most entities the entities page draws as a graph (the page's first)
+GRAPH_SIZE = 30
 
 
 def routes(settings: Settings) -> list[BaseRoute]:
@@ -66,11 +67,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
     async def bank_list(request: Request) -> Response:
         search = text_query(request, "q")
         offset = int_query(request, "offset", 0, MAX_OFFSET)
-        async with connect(request, "listing banks") as conn:
-            page, total = await bank_reads.bank_page(conn, search=search, limit=PAGE_SIZE, offset=offset)
-            sizes = await bank_reads.bank_sizes(conn, {b["bank_id"]: b["fact_count"] for b in page},
-                                                citus=engine_of(request).db.citus)
-        page = [{**b, "size": sizes[b["bank_id"]]} for b in page]
+        page, total = await engine_of(request).browse.banks(search=search, limit=PAGE_SIZE, offset=offset)
         return console.render(request, "banks.html", banks=page, total=total, q=search or "", offset=offset,
                               size=PAGE_SIZE)
 
@@ -82,14 +79,12 @@ def routes(settings: Settings) -> list[BaseRoute]:
         form = await request.form()
         changes: dict[str, Any] = {"name": str(form.get("name", "")), "mission": str(form.get("mission", ""))}
         disposition = {}
-        for trait in banks.DEFAULT_DISPOSITION:
+        for trait in DEFAULT_DISPOSITION:
             raw = str(form.get(trait, ""))
             disposition[trait] = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 3 else raw
         changes["disposition"] = disposition
         try:
-            async with connect(request, "set_bank_profile") as conn:
-                await existing(conn, bank_id)
-                await banks.set_bank_profile(conn, bank_id, changes)
+            await engine_of(request).banks.write(bank_id, changes, {}, create=False)
         except InvalidRequest as exc:
             return await _bank_page(request, console, error=str(exc), status=422)
         return redirect(f"{PREFIX}/banks/{segment(bank_id)}?saved=profile")
@@ -97,8 +92,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
     async def save_config(request: Request) -> Response:
         bank_id = bank_of(request)
         form = await request.form()
-        async with connect(request, "bank_config") as conn:
-            stored = await existing(conn, bank_id)
+        stored = await _overrides(request, bank_id)
         effective = engine_of(request).settings.for_bank(stored).bank_values()
         changes: dict[str, Any] = {}
         for name in BankSettings.model_fields:
@@ -108,8 +102,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
             changes[str(reset)] = None
         if changes:
             try:
-                async with connect(request, "set_bank_config") as conn:
-                    await banks.set_bank_config(conn, bank_id, changes)
+                await engine_of(request).banks.configure(bank_id, changes)
             except InvalidRequest as exc:
                 return await _bank_page(request, console, error=str(exc), status=422)
         return redirect(f"{PREFIX}/banks/{segment(bank_id)}?saved=settings")
@@ -135,35 +128,20 @@ def routes(settings: Settings) -> list[BaseRoute]:
         try:
             start, end = date_range(request)
         except ServiceError as exc:
-            async with connect(request, "list_memories") as conn:
-                await existing(conn, bank_id)
+            await _overrides(request, bank_id)  # a bank that does not exist is a 404 first
             context["error"] = exc.message
             return console.render(request, "memories.html", 400, **context)
-        filters: dict[str, Any] = dict(
-            fact_type=fact_type, document_id=document, tags=tags or None, tags_match="any_strict",
-            entity_id=entity_uuid, time_field=time_field, start=start, end=end)
-        async with connect(request, "list_memories") as conn:
-            await existing(conn, bank_id)
-            if search:
-                # a substring over every memory: no exact total (it would read them all), one row past the page
-                rows, more = await listing.memory_page(conn, bank_id, search=search, limit=PAGE_SIZE,
-                                                       offset=offset, **filters)
-                total = None
-            else:
-                rows, total = await listing.list_memories(conn, bank_id, limit=PAGE_SIZE, offset=offset, **filters)
-                more = offset + PAGE_SIZE < total
-            if entity_uuid:
-                context["entity_label"] = await browse.entity_name(conn, bank_id, str(entity_uuid))
-        context.update(rows=rows, total=total, more=more)
+        # a substring search reads no exact total (it would read every memory): one row past the page
+        context.update(await engine_of(request).browse.memories(
+            bank_id, search=search, limit=PAGE_SIZE, offset=offset, entity_id=entity_uuid, fact_type=fact_type,
+            document_id=document, tags=tags or None, tags_match="any_strict", time_field=time_field, start=start,
+            end=end))
         return console.render(request, "memories.html", **context)
 
     async def memory(request: Request) -> Response:
         bank_id = bank_of(request)
         memory_id = request.path_params["memory_id"]
-        async with connect(request, "get_memory") as conn:
-            await existing(conn, bank_id)
-            found = await listing.get_memory(conn, bank_id, memory_id)
-            links = await browse.memory_links(conn, bank_id, memory_id) if found else []
+        found, links = await engine_of(request).browse.memory(bank_id, memory_id)
         if found is None:
             return console.render(request, "error.html", 404, title="Not found",
                                   message=f"Bank {bank_id} has no memory {memory_id}.")
@@ -171,9 +149,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
 
     async def links(request: Request) -> Response:
         bank_id = bank_of(request)
-        async with connect(request, "bank") as conn:
-            await existing(conn, bank_id)
-            by_type = await bank_reads.link_counts(conn, bank_id)
+        by_type = await engine_of(request).browse.links(bank_id)
         return console.render(request, "links.svg", media_type="image/svg+xml", total=sum(by_type.values()),
                               by_type=by_type)
 
@@ -181,9 +157,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
         bank_id = bank_of(request)
         search = text_query(request, "q")
         offset = int_query(request, "offset", 0, MAX_OFFSET)
-        async with connect(request, "documents") as conn:
-            await existing(conn, bank_id)
-            rows, total = await browse.document_page(conn, bank_id, search=search, limit=PAGE_SIZE, offset=offset)
+        rows, total = await engine_of(request).browse.documents(bank_id, search=search, limit=PAGE_SIZE,
+                                                                offset=offset)
         return console.render(request, "documents.html", bank_id=bank_id, rows=rows, total=total, q=search or "",
                               offset=offset, size=PAGE_SIZE)
 
@@ -191,13 +166,10 @@ def routes(settings: Settings) -> list[BaseRoute]:
         bank_id = bank_of(request)
         search = text_query(request, "q")
         offset = int_query(request, "offset", 0, MAX_OFFSET)
-        async with connect(request, "entities") as conn:
-            await existing(conn, bank_id)
-            rows, total = await browse.entity_page(conn, bank_id, search=search, limit=PAGE_SIZE, offset=offset)
-            top = rows[:30]
-            edges = await browse.entity_pairs(conn, bank_id, [r["id"] for r in top])
+        rows, total, edges = await engine_of(request).browse.entities(bank_id, search=search, limit=PAGE_SIZE,
+                                                                      offset=offset, paired=GRAPH_SIZE)
         return console.render(request, "entities.html", bank_id=bank_id, rows=rows, total=total, q=search or "",
-                              offset=offset, size=PAGE_SIZE, graph=ring(top, edges))
+                              offset=offset, size=PAGE_SIZE, graph=ring(rows[:GRAPH_SIZE], edges))
 
     bank_path = f"{PREFIX}/banks/{{bank_id}}"
     return [
@@ -238,6 +210,14 @@ def _uuid(value: str) -> uuid.UUID:
         raise InvalidRequest("entity", "must be an entity id (a UUID)", status=400) from None
 
 
+async def _overrides(request: Request, bank_id: str) -> dict[str, Any]:
+    """The bank's setting overrides; 404 for a bank that does not exist (pages never create one)."""
+    stored = await engine_of(request).banks.config(bank_id)
+    if stored is None:
+        raise BankNotFound(bank_id)
+    return stored
+
+
 def _shown(value: Any) -> str:
     """A setting's value as the form shows it (and sends it back)."""
     if isinstance(value, bool):
@@ -247,25 +227,12 @@ def _shown(value: Any) -> str:
 
 async def _bank_page(request: Request, console: Console, *, error: str | None = None, status: int = 200) -> Response:
     bank_id = bank_of(request)
-    period = choice_query(request, "period", tuple(bank_reads.PERIODS), "30d") or "30d"
+    period = choice_query(request, "period", tuple(PERIODS), "30d") or "30d"
     engine = engine_of(request)
-    async def read(call: Any) -> Any:
-        async with connect(request, "bank") as conn:
-            return await call(conn)
-
-    async def counts(conn: Any) -> dict[str, Any]:
-        config = await existing(conn, bank_id)
-        return {"config": config, "entities": await browse.entity_count(conn, bank_id)}
-
-    # on their own connections these run side by side; the one pass over the memories is the dear one.
-    # The links (millions of rows) are counted by the image the page shows (links.svg), after the page.
-    stats, profile, overview = await asyncio.gather(
-        read(counts), read(lambda conn: banks.bank_profile(conn, bank_id)),
-        read(lambda conn: bank_reads.bank_overview(conn, bank_id, period, datetime.now(UTC))))
-    if profile is None:
-        raise BankNotFound(bank_id)
-    async with connect(request, "bank") as conn:
-        size = (await bank_reads.bank_sizes(conn, {bank_id: overview["memories"]}, citus=engine.db.citus))[bank_id]
+    # the links (millions of rows) are counted by the image the page shows (links.svg), after the page
+    read = await engine.browse.bank(bank_id, period, datetime.now(UTC))
+    overview = read["overview"]
+    stats = {"config": read["config"], "entities": read["entities"]}
     effective = engine.settings.for_bank(stats["config"]).bank_values()
     fields = []
     for name, info in BankSettings.model_fields.items():
@@ -278,8 +245,9 @@ async def _bank_page(request: Request, console: Console, *, error: str | None = 
         fields.append({"name": name, "value": _shown(effective[name]), "overridden": name in stats["config"],
                        "choices": choices})
     return console.render(request, "bank.html", status, bank_id=bank_id, stats={**stats, **overview},
-                          profile=profile, fields=fields, chart=stacked_columns(overview["series"]), period=period,
-                          periods=list(bank_reads.PERIODS), last_write=overview["last_write"], size=size, error=error,
+                          profile=read["profile"], fields=fields, chart=stacked_columns(overview["series"]),
+                          period=period, periods=list(PERIODS), last_write=overview["last_write"], size=read["size"],
+                          error=error,
                           saved=request.query_params.get("saved"), types=TYPES)
 
 
@@ -301,9 +269,7 @@ async def _recall_page(request: Request, console: Console) -> Response:
     for t in form["types"]:
         if t not in TYPES:
             raise InvalidRequest("types", f"{t!r} is not one of {', '.join(TYPES)}", status=400)
-    async with connect(request, "bank") as conn:
-        stored = await existing(conn, bank_id)
-    fusion = engine.settings.for_bank(stored).recall_fusion
+    fusion = engine.settings.for_bank(await _overrides(request, bank_id)).recall_fusion
     context: dict[str, Any] = {"bank_id": bank_id, "form": form, "types": TYPES, "fusion": fusion, "view": None,
                                "chart": None, "why": None, "error": None}
     if query:
@@ -324,7 +290,6 @@ async def _recall_page(request: Request, console: Console) -> Response:
         view = read_trace(response)
         context.update(view=view, chart=phase_bars(view.phases))
         if form["why"]:
-            async with connect(request, "get_memory") as conn:
-                    found = await listing.get_memory(conn, bank_id, form["why"])
+            found = await engine.get_memory(bank_id, form["why"])
             context["why"] = why_not(view, found, form["types"], tags)
     return console.render(request, "recall.html", **context)
