@@ -9,18 +9,18 @@ import json
 from typing import Any
 
 from ..engine import Engine
-from ..errors import BankNotFound, DocumentChanged, QueryTooLong, RetainError
+from ..errors import BankNotFound, QueryTooLong, RetainError
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..types import FACT_TYPES, TagsMatch
-from . import async_retain, webhook_delivery
+from . import async_retain, memories
 from ._params import checked_text
 from .banks import profile_changes
 from .base import checked_choice, parse_body
 from .errors import ServiceError
-from .items import appended, build_memories, check_supported
+from .items import check_supported
 from .mcp_calls import Call, ToolCalls
-from .memories import APPEND_ATTEMPTS, _edited, _invalidated_item, _list_item, recall_options
+from .memories import edit_from, invalidated_item, list_item, recall_options
 from .ops import Admission
 from .schemas import BANK_TOGGLES, BankConfigBody, CreateBankBody, RecallBody, RetainBody, UpdateMemoryBody
 
@@ -50,19 +50,8 @@ async def retain_now(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
     engine, bank = call.engine, call.bank
     body: RetainBody = parse_body(_json(sent), RetainBody)
     check_supported(body)
-    async_retain.check_sync_size(body, engine.settings)
-    for attempt in range(1, APPEND_ATTEMPTS + 1):
-        existing = await engine.document_memory_ids(bank, appended(body))
-        memories, replaced = build_memories(bank, body, existing)
-        try:
-            await engine.retain(bank, memories, progress=False, replace_documents=replaced,
-                                document_sizes={d: len(ids) for d, ids in existing.items()})
-            break
-        except DocumentChanged:  # another write appended to the same document first: number again
-            if attempt == APPEND_ATTEMPTS:
-                raise
-    await webhook_delivery.fire_retain(engine, bank, [(m.document_id, m.tags) for m in memories])
-    return {"success": True, "bank_id": bank, "items_count": len(memories), "async": False, "usage": None}
+    count, _ = await memories.retain_now(engine, bank, body)
+    return {"success": True, "bank_id": bank, "items_count": count, "async": False, "usage": None}
 
 
 async def retain_later(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
@@ -103,14 +92,14 @@ async def memory(engine: Engine, bank_id: str, memory_id: str) -> dict[str, Any]
     if found is None:
         raise ServiceError(404, "memory_not_found", f"Memory unit '{memory_id}' not found in bank {bank_id!r}")
     state, row = found
-    return {**(_list_item(row) if state == "valid" else _invalidated_item(row)), "history": []}
+    return {**(list_item(row) if state == "valid" else invalidated_item(row)), "history": []}
 
 
 async def edit_memory(call: Call, memory_id: str, sent: dict[str, Any]) -> dict[str, Any]:
     """``PATCH /memories/{memory_id}``: the memory edited, invalidated or restored, as it is after."""
     memory_key(memory_id)
     body: UpdateMemoryBody = parse_body(_json(sent), UpdateMemoryBody)
-    edit = _edited(body)  # the body's own errors first, before anything is read
+    edit = edit_from(body)  # the body's own errors first, before anything is read
     try:
         await call.engine.update_memory(call.bank, memory_id, edit, state=body.state, reason=body.reason)
     except RetainError as exc:
@@ -127,7 +116,7 @@ async def memory_page(call: Call, *, kind: str | None, search: str | None, tags:
         tags_match=checked_choice("tags_match", tags_match, tuple(m.value for m in TagsMatch), "any"),
         time_field=None, start=None, end=None, limit=limit, offset=offset)
     items, total = await call.engine.list_memories(call.bank, **filters)
-    return {"items": [_list_item(m) for m in items], "total": total, "limit": limit, "offset": offset}
+    return {"items": [list_item(m) for m in items], "total": total, "limit": limit, "offset": offset}
 
 
 async def cleared(call: Call, kind: str | None) -> dict[str, Any]:

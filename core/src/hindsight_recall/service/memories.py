@@ -25,7 +25,7 @@ from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query
 from .errors import ServiceError
 from .items import appended, build_memories, check_supported
 from .ops import Admission
-from .schemas import UNSUPPORTED, ImportBody, RecallBody, UpdateMemoryBody
+from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
 from .wire import answer
 
 #: how many times a retain appending to a document numbers its items again after another write changed it
@@ -34,16 +34,11 @@ APPEND_ATTEMPTS = 5
 UNLIMITED = 2**31 - 1
 
 
-@endpoint
-async def retain(request: Request) -> Response:
-    """Store the items verbatim, all or nothing; a re-sent document replaces its memories. With
-    ``async: true`` the retain is queued as an operation and the answer carries its id."""
-    bank_id = bank_of(request)
-    engine = engine_of(request)
-    body = await async_retain.retain_body(request, engine.settings)
-    check_supported(body)
-    if body.async_:
-        return await async_retain.submit(request, engine, bank_id, body)
+
+async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> tuple[int, bool]:
+    """Store a retain's items before answering, a re-sent document replacing its memories and an appended one
+    numbered again when another write appended first; ``retain.completed`` queued for any webhook. Returns
+    how many memories were stored and whether an event was queued."""
     async_retain.check_sync_size(body, engine.settings)
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         existing = await engine.document_memory_ids(bank_id, appended(body))
@@ -55,9 +50,23 @@ async def retain(request: Request) -> Response:
         except DocumentChanged:  # another write appended to the same document first: number again
             if attempt == APPEND_ATTEMPTS:
                 raise
-    if await webhook_delivery.fire_retain(engine, bank_id, [(m.document_id, m.tags) for m in memories]):
+    queued = await webhook_delivery.fire_retain(engine, bank_id, [(m.document_id, m.tags) for m in memories])
+    return len(memories), bool(queued)
+
+@endpoint
+async def retain(request: Request) -> Response:
+    """Store the items verbatim, all or nothing; a re-sent document replaces its memories. With
+    ``async: true`` the retain is queued as an operation and the answer carries its id."""
+    bank_id = bank_of(request)
+    engine = engine_of(request)
+    body = await async_retain.retain_body(request, engine.settings)
+    check_supported(body)
+    if body.async_:
+        return await async_retain.submit(request, engine, bank_id, body)
+    count, queued = await retain_now(engine, bank_id, body)
+    if queued:
         wake_worker(request)
-    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": len(memories),
+    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": count,
                                               "async": False, "usage": None})
 
 
@@ -80,7 +89,7 @@ async def import_memories(request: Request) -> Response:
                          "seconds": round(stats.seconds, 3), "links": stats.links})
 
 
-def _list_item(memory: dict[str, Any]) -> dict[str, Any]:
+def list_item(memory: dict[str, Any]) -> dict[str, Any]:
     """A memory in upstream's list-row shape (entities as one comma-joined string)."""
     return {**memory, "fact_type": memory["type"], "context": memory["context"] or "",
             "date": memory["occurred_start"] or memory["mentioned_at"] or "",
@@ -88,7 +97,7 @@ def _list_item(memory: dict[str, Any]) -> dict[str, Any]:
             "source_memory_ids": memory["source_ids"]}
 
 
-def _invalidated_item(record: dict[str, Any]) -> dict[str, Any]:
+def invalidated_item(record: dict[str, Any]) -> dict[str, Any]:
     """An invalidated memory (as :meth:`~hindsight_recall.engine.memories.Memories.find` reads it) in the list-row
     shape."""
     line = record["memory"]
@@ -99,7 +108,7 @@ def _invalidated_item(record: dict[str, Any]) -> dict[str, Any]:
               "document_id": line.get("document_id"), "chunk_id": None, "proof_count": line.get("proof_count", 1),
               "entities": line.get("entities", []), "source_ids": line.get("sources", []),
               "created_at": None, "updated_at": record["invalidated_at"]}
-    return {**_list_item(memory), "state": "invalidated", "invalidation_reason": record["reason"],
+    return {**list_item(memory), "state": "invalidated", "invalidation_reason": record["reason"],
             "invalidated_at": record["invalidated_at"]}
 
 
@@ -157,10 +166,10 @@ async def list_memories(request: Request) -> Response:
     if state == "invalidated":
         records, total = await engine.memories.invalidated(bank_id, fact_type=fact_type, search=filters["search"],
                                                           limit=limit, offset=offset)
-        rows = [_invalidated_item(r) for r in records]
+        rows = [invalidated_item(r) for r in records]
     else:
         items, total = await engine.list_memories(bank_id, **filters)
-        rows = [_list_item(m) for m in items]
+        rows = [list_item(m) for m in items]
     return answer(request, "ListMemoryUnitsResponse", {"items": rows, "total": total, "limit": limit, "offset": offset})
 
 
@@ -187,7 +196,7 @@ async def _current(engine: Engine, bank_id: str, memory_id: str) -> dict[str, An
     if found is None:
         raise _not_found(bank_id, memory_id)
     state, memory = found
-    return {**(_list_item(memory) if state == "valid" else _invalidated_item(memory)), "history": []}
+    return {**(list_item(memory) if state == "valid" else invalidated_item(memory)), "history": []}
 
 
 @endpoint
@@ -200,7 +209,7 @@ async def memory_history(request: Request) -> Response:
     return answer(request, None, [])
 
 
-def _edited(body: UpdateMemoryBody) -> Callable[[Memory], Memory]:
+def edit_from(body: UpdateMemoryBody) -> Callable[[Memory], Memory]:
     """The body's changes as an edit of the stored memory: the fields given, dates cleared by ``""``
     or ``null``. The body is checked here, before anything is read (400 naming the field)."""
     changes: dict[str, Any] = {}
@@ -235,7 +244,7 @@ async def update_memory(request: Request) -> Response:
     bank_id, memory_id = bank_of(request), _memory_id(request)
     body: UpdateMemoryBody = await body_of(request, UpdateMemoryBody)
     engine = engine_of(request)
-    edit = _edited(body)  # the body's own errors first, before anything is read
+    edit = edit_from(body)  # the body's own errors first, before anything is read
     try:
         await engine.update_memory(bank_id, memory_id, edit, state=body.state, reason=body.reason)
     except RetainError as exc:
