@@ -392,3 +392,73 @@ async def test_the_kill_test_sees_a_write_made_in_two_transactions(engine: Engin
     await _gone(engine, application)
     after = await _state(engine, [bank])
     assert after != old and after == half  # new memories and stale ones side by side
+
+
+async def test_a_database_that_is_away_or_restarting_answers_503_not_500(engine: Engine) -> None:
+    """A refused connection carries no SQL state and a server starting up answers 57P03: both are the
+    database's fault, answered 503 ``database_unavailable`` with Retry-After, never 500."""
+    from hindsight_recall.service.errors import classify
+    from hindsight_recall.testing.service import free_port
+
+    try:
+        await psycopg.AsyncConnection.connect(f"postgresql://x@127.0.0.1:{free_port()}/x", connect_timeout=2)
+    except psycopg.OperationalError as exc:
+        refused: BaseException = exc
+    else:
+        raise AssertionError("a connection to a closed port succeeded")
+    injected = [await _real_error(engine, _raise_code(code)) for code in ("57P03", "57P01", "08006")]
+    for exc in (refused, *injected):
+        error = classify(exc)
+        assert (error.status, error.code) == (503, "database_unavailable"), exc
+        assert error.headers == {"Retry-After": "5"}
+    assert classify(await _real_error(engine, _raise_code("22012"))).status == 500  # the request's own fault
+
+
+def test_recalls_while_the_postmaster_is_killed_answer_200_or_503(make_settings: Callable[..., Settings],
+                                                                   tmp_path: Path) -> None:
+    """kill -9 of the embedded server during recalls: every answer is 200 or 503 with Retry-After, and
+    recalls succeed again once the service has restarted it."""
+    import threading
+
+    import httpx
+    from hindsight_recall.service.wire import EXTRAS
+    from hindsight_recall.testing.service import ServerThread
+
+    data_dir = tmp_path / "killed" / "data"
+    with ServerThread(make_settings(embedded_data_dir=data_dir, database_url=None)) as server, \
+            httpx.Client(base_url=f"{server.url}/v1/default/banks/k", headers=EXTRAS, timeout=60) as http:
+        http.post("/memories", json={"items": [{"content": "Alice works at Helios Robotics in Munich."}]})
+        answers: list[tuple[int, str, str | None]] = []
+        done = threading.Event()
+
+        def recalls() -> None:
+            with httpx.Client(base_url=http.base_url, headers=EXTRAS, timeout=60) as client:
+                while not done.is_set():
+                    reply = client.post("/memories/recall", json={"query": "Where does Alice work?"})
+                    code = reply.json().get("code", "") if reply.status_code != 200 else ""
+                    answers.append((reply.status_code, code, reply.headers.get("Retry-After")))
+
+        workers = [threading.Thread(target=recalls) for _ in range(4)]
+        for w in workers:
+            w.start()
+        try:
+            for _ in range(3):
+                time.sleep(0.5)
+                killed = embedded.status(data_dir).pid  # type: ignore[union-attr]
+                os.kill(killed, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while getattr(embedded.status(data_dir), "pid", killed) == killed:  # until the service restarts it
+                    assert time.monotonic() < deadline, "the service did not restart the killed server"
+                    time.sleep(0.1)
+        finally:
+            time.sleep(1.0)
+            done.set()
+            for w in workers:
+                w.join()
+        assert answers and {(s, c) for s, c, _ in answers} <= {(200, ""), (503, "database_unavailable")}, \
+            sorted({(s, c) for s, c, _ in answers})
+        assert all(after for s, _, after in answers if s == 503)
+        deadline = time.monotonic() + 60
+        while http.post("/memories/recall", json={"query": "Where does Alice work?"}).status_code != 200:
+            assert time.monotonic() < deadline, "recalls did not come back after the restart"
+            time.sleep(0.2)

@@ -99,10 +99,23 @@ def classify(exc: BaseException) -> ServiceError:
     state = getattr(getattr(exc, "orig", exc), "sqlstate", None)
     if state in CONFLICT_SQLSTATES:
         return ServiceError(409, "conflict", "a concurrent request changed the same rows; retry the request")
-    if state is not None and state.startswith("08"):
-        return ServiceError(503, "database_unavailable", "the database connection was lost; retry the request",
-                            {"Retry-After": "5"})
+    if _unreachable(exc, state):
+        return ServiceError(503, "database_unavailable", "the database could not be reached or was restarting; "
+                            "retry the request", {"Retry-After": "5"})
     return ServiceError(500, "internal_error", "internal error; the server log has the details")
+
+
+def _unreachable(exc: BaseException, state: str | None) -> bool:
+    """A lost or refused connection (the driver gives no SQL state), or the server shutting down or starting
+    up (57P01-57P05): the database, not the request, is at fault, and a retry soon may succeed."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    if state is not None:
+        return state.startswith(("08", "57P"))
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated or isinstance(exc.orig, psycopg.OperationalError | psycopg.InterfaceError)
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
 
 
 def respond_to(exc: BaseException, scope: Mapping[str, Any]) -> JSONResponse:
