@@ -69,7 +69,7 @@ async def build(engine: Engine, bank: str) -> None:
 
 
 async def export(engine: Engine, bank: str) -> bytes:
-    transfer_id, _ = await engine.export_bank(bank)
+    transfer_id, _ = await engine.transfers.export(bank)
     async with engine.db.connect() as conn:
         return b"".join([part async for part in transfer_store.archive_parts(conn, bank, transfer_id)])
 
@@ -100,7 +100,7 @@ async def test_export_import_export_gives_the_same_bank_and_the_same_archive(
     assert await engine.delete_bank(bank)
     path = tmp_path / "bank.zip"
     path.write_bytes(first)
-    await engine.import_bank(path, record_on=bank)  # the target is the archive's own bank
+    await engine.transfers.restore(path, record_on=bank)  # the target is the archive's own bank
     after, vectors_after = await state(engine, bank)
     assert differences(before, after) == []
     assert vectors_after.keys() == vectors_before.keys()
@@ -131,5 +131,5 @@ async def test_chunks_travel_in_order_with_their_indexes(engine: Engine, bank: s
     assert doc["id"] == "log" and [c["chunk_index"] for c in doc["chunks"]] == list(range(14))
     path = tmp_path / "bank.zip"
     path.write_bytes(archive)
-    await engine.import_bank(path, record_on=bank, target=f"{bank}-copy")
+    await engine.transfers.restore(path, record_on=bank, target=f"{bank}-copy")
     assert await texts(engine, f"{bank}-copy") == before

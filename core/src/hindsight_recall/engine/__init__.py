@@ -7,16 +7,13 @@ import contextlib
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import transfer
 from ..errors import ConfigError, DatabaseError, InvalidRequest, RecallError, RecallTimeout, RetainError, db_message
 from ..jsonl import parse_memory
 from ..plugins import PluginManager, adopt, get_plugin_manager
@@ -108,7 +105,7 @@ class Engine:
         self.directives = Directives(self.db)
         self.memories = Memories(self.db)
         self.documents = Documents(self.db)
-        self.transfers = Transfers(self.db)
+        self.transfers = Transfers(self.db, self._ingestor)
         self.templates = Templates(self.db)
         self.webhooks = Webhooks(self.db)
         self.entities = Entities(self.db)
@@ -403,58 +400,6 @@ class Engine:
         if removed:
             await ann.reclaim(self.db, self.settings, bank_id)
         return removed
-
-    async def export_bank(self, bank_id: str, *, documents: Collection[str] | None = None, bank_config: bool = True,
-                          kind: str = "bank_export") -> tuple[uuid.UUID, dict[str, Any]]:
-        """Export the bank (or some of its documents) as a transfer archive kept in the database; returns
-        the transfer's id and result (counts, ``download_url``). See :func:`~hindsight_recall.transfer.export`.
-
-        :param bank_id: the bank.
-        :param documents: only these documents (no observations, links or settings then).
-        :param bank_config: carry the profile and settings.
-        :param kind: the transfer's type as its operation shows it.
-        """
-        bank_rows.validate_bank_id(bank_id)
-        with database_errors("export"):
-            return await transfer.export(self._ingestor, bank_id, wanted=set(documents) if documents else None,
-                                         bank_config=bank_config, kind=kind)
-
-    async def import_bank(self, archive: Path, *, record_on: str, target: str | None = None, data: bool = True,
-                          config: bool = True) -> tuple[uuid.UUID, dict[str, Any]]:
-        """Restore a whole-bank archive into a new bank, checked whole first and written in one
-        transaction; returns the transfer's id and result. See :func:`~hindsight_recall.transfer.restore`.
-
-        :param archive: the archive's path.
-        :param record_on: the bank the transfer is recorded against (the target if that one is gone).
-        :param target: the new bank (default: the archive's source bank).
-        :param data: restore the memories; :param config: restore the profile and settings.
-        """
-        with database_errors("import"):
-            return await transfer.restore(self._ingestor, archive, record_on=bank_rows.validate_bank_id(record_on),
-                                          target=target, data=data, config=config)
-
-    async def import_documents(self, bank_id: str, archive: Path, on_conflict: str = "skip"
-                               ) -> tuple[uuid.UUID, dict[str, Any]]:
-        """Fold an archive's documents into a bank in one transaction (see :func:`~hindsight_recall.transfer.merge`).
-
-        :param bank_id: the bank (created when missing).
-        :param archive: the archive's path.
-        :param on_conflict: ``skip``, ``replace`` or ``new-id`` for a document the bank already holds.
-        """
-        with database_errors("import"):
-            return await transfer.merge(self._ingestor, archive, bank_rows.validate_bank_id(bank_id), on_conflict)
-
-    async def clone_bank(self, bank_id: str, target: str, *, data: bool = True,
-                         config: bool = True) -> tuple[uuid.UUID, dict[str, Any]]:
-        """Copy a bank into a new one: an export and a restore in one transaction, nothing leaving the server.
-
-        :param bank_id: the bank copied (the clone is recorded against it).
-        :param target: the new bank.
-        :param data: copy the memories; :param config: copy the profile and settings.
-        """
-        with database_errors("clone"):
-            return await transfer.clone(self._ingestor, bank_rows.validate_bank_id(bank_id), target, data=data,
-                                        config=config)
 
     async def _in_bank(self, what: str, bank_id: str, call: Callable[[AsyncConnection, str], Awaitable[T]]) -> T:
         """``call(conn, bank_id)`` on one connection, the id checked first and driver errors made ours."""

@@ -111,7 +111,7 @@ async def transfer_export(request: Request) -> Response:
     if documents and config:
         raise ServiceError(400, "invalid_request", "include_bank_config and include_history are only supported for a "
                                                    "whole-bank export (omit document_id)")
-    transfer_id, _ = await engine_of(request).export_bank(bank_id, documents=documents or None,
+    transfer_id, _ = await engine_of(request).transfers.export(bank_id, documents=documents or None,
                                                           bank_config=bool(config))
     return _submitted(transfer_id)
 
@@ -126,7 +126,7 @@ async def documents_export(request: Request) -> Response:
     if _flag(request, "include_knowledge_base", False):
         raise ServiceError(400, "unsupported_field", "include_knowledge_base: this server keeps no mental models "
                                                      "or knowledge pages (they need an LLM)")
-    transfer_id, _ = await engine_of(request).export_bank(bank_id, documents=documents or None, bank_config=False,
+    transfer_id, _ = await engine_of(request).transfers.export(bank_id, documents=documents or None, bank_config=False,
                                                           kind="document_export")
     return _submitted(transfer_id)
 
@@ -163,7 +163,7 @@ async def transfer_import(request: Request) -> Response:
     if target is not None:
         validate_bank_id(target)
     async with _upload(request) as path:
-        operation, _ = await engine_of(request).import_bank(
+        operation, _ = await engine_of(request).transfers.restore(
             path, record_on=bank_id, target=target, data=flags["include_data"] is not False,
             config=flags["include_bank_config"] is not False)
     return _submitted(operation)
@@ -171,7 +171,7 @@ async def transfer_import(request: Request) -> Response:
 
 async def _merge_request(request: Request, bank_id: str, conflict: str) -> Response:
     async with _upload(request) as path:
-        operation, _ = await engine_of(request).import_documents(bank_id, path, conflict)
+        operation, _ = await engine_of(request).transfers.merge(bank_id, path, conflict)
     return _submitted(operation)
 
 
@@ -199,7 +199,7 @@ async def clone(request: Request) -> Response:
     if history:
         raise ServiceError(400, "unsupported_field", "include_history: this server keeps no audit log or LLM "
                                                      "requests to copy")
-    operation, _ = await engine_of(request).clone_bank(bank_id, target, data=bool(data), config=bool(config))
+    operation, _ = await engine_of(request).transfers.clone(bank_id, target, data=bool(data), config=bool(config))
     return _submitted(operation)
 
 

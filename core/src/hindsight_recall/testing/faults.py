@@ -143,7 +143,7 @@ async def _archive(engine: Any, work: Path, name: str, build: Callable[[str], Aw
     if not path.exists():
         source = f"fault-source-{name}-{uuid.uuid4().hex[:8]}"
         await build(source)
-        transfer_id, _ = await engine.export_bank(source)
+        transfer_id, _ = await engine.transfers.export(source)
         from ..store import transfer
 
         async with engine.db.connect() as conn:
@@ -225,11 +225,11 @@ PATHS: dict[str, WritePath] = {
                                                                           state="invalidated", reason="wrong")),
     "restore": WritePath(lambda e, b, w: _edit_setup(e, b, w, invalidated=True),
                          lambda e, b, p: e.update_memory(b, "m-7", _edited, state="valid")),
-    "import": WritePath(_import_setup, lambda e, b, p: e.import_bank(Path(p["archive"]), record_on=f"{b}-new",
+    "import": WritePath(_import_setup, lambda e, b, p: e.transfers.restore(Path(p["archive"]), record_on=f"{b}-new",
                                                                      target=f"{b}-new"),
                         banks=lambda b, p: [f"{b}-new"]),
-    "merge": WritePath(_merge_setup, lambda e, b, p: e.import_documents(b, Path(p["archive"]), "replace")),
-    "clone": WritePath(lambda e, b, w: _bank_of(e, b, 100), lambda e, b, p: e.clone_bank(b, f"{b}-clone"),
+    "merge": WritePath(_merge_setup, lambda e, b, p: e.transfers.merge(b, Path(p["archive"]), "replace")),
+    "clone": WritePath(lambda e, b, w: _bank_of(e, b, 100), lambda e, b, p: e.transfers.clone(b, f"{b}-clone"),
                        banks=lambda b, p: [b, f"{b}-clone"]),
     "delete_bank": WritePath(lambda e, b, w: _bank_of(e, b, 120), lambda e, b, p: e.delete_bank(b)),
     "async_retain": WritePath(_submit, _work_queue, finish=_work_queue,
@@ -239,7 +239,7 @@ PATHS: dict[str, WritePath] = {
     "http_edit": WritePath(_edit_setup, lambda e, b, p: e.update_memory(b, "m-7", _edited),
                            request=lambda c, b, p: c.patch(f"/v1/default/banks/{b}/memories/m-7",
                                                            json={"text": _edited_text})),
-    "http_merge": WritePath(_merge_setup, lambda e, b, p: e.import_documents(b, Path(p["archive"]), "replace"),
+    "http_merge": WritePath(_merge_setup, lambda e, b, p: e.transfers.merge(b, Path(p["archive"]), "replace"),
                             request=_post_merge),
     "http_clear": WritePath(lambda e, b, w: _bank_of(e, b, 120), lambda e, b, p: e.clear_memories(b, "world"),
                             request=lambda c, b, p: c.delete(f"/v1/default/banks/{b}/memories",
