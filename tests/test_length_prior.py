@@ -209,3 +209,17 @@ async def test_the_trace_shows_the_weights_the_prior_gave(engine: Engine) -> Non
     b = phases["parallel_retrieval"]["length_prior"]["b"]
     weights = phases["rrf_merge"]["weights"]
     assert weights["keyword"] == 1.0 and weights["semantic"] == pytest.approx(0.5 * (1 - b), rel=1e-4)
+
+
+async def test_without_the_keyword_arm_no_stage_is_weighed_by_the_prior(engine: Engine) -> None:
+    """Nothing then discounts length, so the other stages keep their weights."""
+    from hindsight_recall.store import banks
+
+    bank = _bank()
+    await engine.retain(bank, MIXED)
+    async with engine.db.connect() as conn:
+        await banks.set_bank_config(conn, bank, {"enable_text_search": False})
+    body = await engine.recall(bank, "beagle Max", trace=True)
+    phases = {p["phase_name"]: p["details"] for p in body["trace"]["summary"]["phase_metrics"]}
+    assert phases["parallel_retrieval"]["length_prior"] is None
+    assert phases["rrf_merge"]["weights"] == parse_score_weights(Settings().recall_score_weights)

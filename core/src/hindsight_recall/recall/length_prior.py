@@ -26,7 +26,8 @@ answer is as similar to the question as the statement it echoes (in LongMemEval'
 arm's wrong first hits are half again as long as the evidence), and the context stage lifts a memory by
 its neighbours whatever their lengths, so a short statement hands its score to the long reply beside
 it. In a bank with prior ``b`` they keep ``1 − b`` of their weight (:func:`weigh_stages`): the other
-arms' fusion weights and the context stage's two weights. With ``b`` 0 nothing changes.
+arms' fusion weights and the context stage's two weights; a recall without the keyword arm has no
+prior, since nothing then discounts length. With ``b`` 0 nothing changes.
 """
 
 from __future__ import annotations

@@ -122,8 +122,10 @@ async def _recall(
         if config.enable_temporal_retrieval != engine.settings.enable_temporal_retrieval:  # the bank's own
             question = await _question(req, config, now)
         details.update(question.describe())
-    # the bank's length prior, and the weights of the stages that cannot see length with it
-    prior = length_prior.for_fact_types(state.lengths, req.types) if engine.text_search.length_prior else None
+    # the bank's length prior, and the weights of the stages that cannot see length with it (when the
+    # keyword arm, which applies it, runs)
+    applies = engine.text_search.length_prior and config.enable_text_search and bool(question.tokens)
+    prior = length_prior.for_fact_types(state.lengths, req.types) if applies else None
     config = length_prior.weigh_stages(config, prior, tuple(arm.name for arm in engine.retrievers))
     ctx = RetrievalContext(
         bank_id=req.bank_id, query=question.text, tokens=question.tokens, embedding=(), fact_types=req.types,
