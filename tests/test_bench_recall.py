@@ -53,6 +53,25 @@ async def test_plain_bm25_is_scored_beside_the_engine_per_category(
     assert any(line.startswith("bm25") for line in lines)
 
 
+async def test_the_length_prior_each_bank_chose_is_printed_and_kept(
+    make_settings: Callable[..., Settings], tmp_path: Path, bank: str
+) -> None:
+    memories, queries = split(tmp_path, bank)
+    lines: list[str] = []
+    report = await run_locomo(Engine(make_settings()), memories, queries, echo=lines.append)
+    prior = report["length_prior"]
+    assert prior["applied"] is True
+    # three turns of about the same length (their words and their date): even, so no prior
+    chosen = prior["banks"][bank]
+    assert list(prior["banks"]) == [bank] and chosen["memories"] == 3 and chosen["b"] == 0.0
+    assert chosen["spread"] < 0.5 and chosen["mean_length"] > 5
+    assert any(line.startswith("keyword length prior per bank (applied)") for line in lines)
+    assert any(line.split()[:3] == [bank, "b", "0.000"] for line in lines)
+    fixed = make_settings(plugins={"text_search": {"native": {"normalization": 1}}})
+    report = await run_locomo(Engine(fixed), memories, queries, echo=lines.append, replace=True)
+    assert report["length_prior"]["applied"] is False and report["length_prior"]["banks"][bank]["memories"] == 3
+
+
 def test_okapi_ranks_by_rare_words_and_shorter_memories() -> None:
     okapi = Okapi([("long", "sailing " + "and the weather was fine " * 20), ("short", "sailing trip"),
                    ("none", "cooking pasta"), ("rare", "storm sailing")])

@@ -32,7 +32,7 @@ from hindsight_recall.errors import ConfigError
 from hindsight_recall.plugins import get_plugin_manager
 from hindsight_recall.retain import links
 from hindsight_recall.settings import Settings
-from hindsight_recall.store import banks, schema, term_stats
+from hindsight_recall.store import banks, length_stats, schema, term_stats
 from hindsight_recall.store.citus import DISTRIBUTED, REFERENCE, compatible_backends
 from hindsight_recall.testing import TextSearchBackendSuite
 from hindsight_recall.testing.citus import (
@@ -133,13 +133,16 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
     await check_routed(engine, bank, configure(), "bank config")
     removed, _ = await check_routed(engine, bank, engine.forget(bank, ["promo", "pasta"]), "forget")
     assert removed == 2
-    async with engine.db.connect() as conn:  # the term statistics followed every write, on the shard
+    async with engine.db.connect() as conn:  # the term and length statistics followed every write, on the shard
         assert await term_stats.drift(conn, bank) == []
         assert await conn.scalar(text("SELECT count(*) FROM term_stats WHERE bank_id = :b"), {"b": bank})
+        assert await length_stats.drift(conn, bank) == []
+        assert await conn.scalar(text("SELECT count(*) FROM length_stats WHERE bank_id = :b"), {"b": bank})
     deleted, _ = await check_routed(engine, bank, engine.delete_bank(bank), "delete_bank")
     assert deleted
     async with engine.db.connect() as conn:
         assert not await conn.scalar(text("SELECT count(*) FROM term_stats WHERE bank_id = :b"), {"b": bank})
+        assert not await conn.scalar(text("SELECT count(*) FROM length_stats WHERE bank_id = :b"), {"b": bank})
 
 
 #: the most commands a retain of one memory into an existing bank may send to the workers (BEGIN and the
@@ -327,8 +330,9 @@ async def test_a_single_server_store_is_distributed_with_its_rows(
         assert tables == {**dict.fromkeys(DISTRIBUTED, "h"), **dict.fromkeys(REFERENCE, "n")}
         for bank in stores:
             assert await cluster.bank_stats(bank) == stats[bank]
-            async with cluster.db.connect() as conn:  # the term statistics moved with their bank
+            async with cluster.db.connect() as conn:  # the term and length statistics moved with their bank
                 assert await term_stats.drift(conn, bank) == []
+                assert await length_stats.drift(conn, bank) == []
             for query in queries:
                 ranked, _ = await check_routed(cluster, bank, _ranked(cluster, bank, query), f"recall {query!r}")
                 assert ranked == before[(bank, query)]

@@ -255,9 +255,10 @@ def test_optional_members_get_their_documented_defaults() -> None:
 
     defaults = optional_members(TextSearchBackend)
     assert set(defaults) == {"ranks_every_match", "writes_search_vector", "runs_on_embedded_server", "extensions",
-                             "parameters", "keeps_term_stats"}
+                             "parameters", "keeps_term_stats", "length_prior"}
     assert [defaults[k] for k in ("ranks_every_match", "writes_search_vector", "runs_on_embedded_server",
-                                  "extensions", "keeps_term_stats")] == [False, True, False, (), False]
+                                  "extensions", "keeps_term_stats", "length_prior")] == [False, True, False, (), False,
+                                                                                         False]
     assert set(optional_members(Reranker)) == {"passthrough", "start", "close"}
     assert set(optional_members(Retriever)) == {"needs_embedding", "statement"}
 
@@ -274,7 +275,8 @@ def test_optional_members_get_their_documented_defaults() -> None:
     manager.register_plugin(Plugin(), "bare", "bare-dist", "1.0")
     backend = manager.get("text_search", "bare")()
     assert (backend.ranks_every_match, backend.writes_search_vector, backend.runs_on_embedded_server,
-            backend.extensions, backend.keeps_term_stats) == (False, True, False, (), False)
+            backend.extensions, backend.keeps_term_stats, backend.length_prior) == (
+        False, True, False, (), False, False)
     assert isinstance(backend, __import__("hindsight_recall.protocols").protocols.TextSearchBackend)
     assert backend.parameters() == {}
     reranker = manager.get("reranker", "by_length")()

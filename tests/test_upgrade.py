@@ -14,7 +14,7 @@ import pytest
 from hindsight_recall import ConfigError, Engine
 from hindsight_recall.bench import upgrade as upgrade_bench
 from hindsight_recall.settings import Settings
-from hindsight_recall.store import schema, term_stats
+from hindsight_recall.store import length_stats, schema, term_stats
 from hindsight_recall.store.db import Database
 from sqlalchemy import text
 
@@ -86,6 +86,10 @@ async def test_an_upgrade_from_schema_7_runs_beside_readers_without_the_statemen
                     # migration 10: every bank's term statistics, from the stored search vectors
                     drift = await term_stats.drift(conn)
                     kept = await conn.scalar(text("SELECT count(DISTINCT bank_id) FROM term_stats WHERE df > 0"))
+                    # migration 21: every bank's length statistics, from the same vectors
+                    length_drift = await length_stats.drift(conn)
+                    measured = await conn.scalar(text("SELECT count(DISTINCT bank_id) FROM length_stats "
+                                                      "WHERE memories > 0 AND length_sum > 0"))
                     place = await conn.scalar(text(
                         "SELECT position FROM memory_units WHERE bank_id = 'bank-0' AND external_id = 'D7:3'"))
                 assert tuple(counts) == (ROWS, ROWS, 2)
@@ -95,6 +99,7 @@ async def test_an_upgrade_from_schema_7_runs_beside_readers_without_the_statemen
                 assert wanted <= set(indexes) and all(indexes.values())
                 assert work_table is None
                 assert drift == [] and kept == await _banks(engine)
+                assert length_drift == [] and measured == kept
         finally:
             stop.set()
             reader.join()
@@ -145,8 +150,10 @@ async def _resume(settings: Settings, name: str, monkeypatch: pytest.MonkeyPatch
             ), {"i": f'"{name}".idx_mu_ann_world'})
             done = await conn.scalar(text("SELECT count(*) FROM hindsight_migrations WHERE version IN (8, 9)"))
             drift = await term_stats.drift(conn)
+            length_drift = await length_stats.drift(conn)
         assert method == "hnsw" and done == 2
         assert drift == []  # the statistics were filled again from the start, never counted twice
+        assert length_drift == []
         assert (await engine.recall("bank-0", "memory about topic 7"))["results"]
 
 

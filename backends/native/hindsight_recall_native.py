@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from hindsight_recall.hookspecs import hookimpl
 from hindsight_recall.protocols import KeywordQuery
 from hindsight_recall.settings import plugin_settings
-from hindsight_recall.textsearch import INDEX, bigram_cjk_runs, query_terms
+from hindsight_recall.textsearch import INDEX, bigram_cjk_runs, length_pivot, query_terms
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -78,8 +78,9 @@ class NativeSettings(BaseSettings):
     idf: bool = True
     #: PostgreSQL's ``normalization`` of ``ts_rank``/``ts_rank_cd``, a bit mask: 0 ignores a memory's length;
     #: 1 divides by 1 + ln(its word count), 2 by its word count, 8 by its distinct words, 16 by 1 + ln(those),
-    #: 32 maps rank r to r/(r + 1) (4, the extent distance, applies to ``ts_rank_cd`` only).
-    normalization: int = Field(0, ge=0, le=63)
+    #: 32 maps rank r to r/(r + 1) (4, the extent distance, applies to ``ts_rank_cd`` only). Unset (the
+    #: default): each bank's length prior instead (see :class:`NativeBackend`); set, it replaces the prior.
+    normalization: int | None = Field(None, ge=0, le=63)
     #: At most this many matching memories are scored per query (0: all). Every memory holding one of
     #: the rarest terms (as many as fit, by their counts) is scored; common terms fill what is left.
     max_rows: int = Field(2000, ge=0)
@@ -112,6 +113,11 @@ class NativeBackend:
     so no query counts the bank; they are bank-wide, so a tag or date filter narrows the matches but
     not the weights. The same counts choose the terms (``BM25_MAX_TERM_FREQUENCY``,
     ``BM25_MAX_QUERY_TERMS``) and bound the work: at most ``max_rows`` matches are scored.
+
+    ``ts_rank`` does not weigh a memory's length. Unless ``normalization`` is set, each score is divided
+    by the bank's length prior, ``1 − b + b × length / mean`` over ``length(search_vector)`` (the
+    memory's distinct lexemes), with ``b`` chosen from how the bank's lengths spread
+    (:mod:`hindsight_recall.recall.length_prior`): 0, no change, in a bank of even lengths.
     """
 
     name = "native"
@@ -124,6 +130,8 @@ class NativeBackend:
     runs_on_embedded_server = True
     # ts_rank scores every match (no top-k index), so core may rank all fact types in one pass.
     ranks_every_match = True
+    # scores are divided by the bank's length prior (off when NORMALIZATION is set: see __init__)
+    length_prior = True
     extensions: tuple[str, ...] = ()
 
     def __init__(self, settings: Settings | None = None, config: NativeSettings | None = None) -> None:
@@ -140,6 +148,8 @@ class NativeBackend:
         self.max_terms = settings.bm25_max_query_terms if settings else 16
         self.selective = settings.bm25_selective_terms if settings else True
         self.max_frequency = settings.bm25_max_term_frequency if settings else 1.0
+        # a normalization given explicitly replaces the prior, 0 (no length at all) included
+        self.length_prior = self.config.normalization is None
 
     def install_statements(self) -> Sequence[str]:
         return ()
@@ -162,7 +172,7 @@ class NativeBackend:
     def parameters(self) -> dict[str, Any]:
         return {"native_language": self.language, "native_max_terms": self.max_terms,
                 "native_selective": self.selective, "native_max_frequency": self.max_frequency,
-                "native_max_rows": self.config.max_rows, "native_normalization": self.config.normalization}
+                "native_max_rows": self.config.max_rows, "native_normalization": self.config.normalization or 0}
 
     def write_expression(self, document_sql: str) -> str:
         return f"to_tsvector({_LANGUAGE}, {document_sql})"
@@ -193,6 +203,8 @@ class NativeBackend:
         else:
             anyterm = f"(SELECT to_tsquery({_LANGUAGE}, string_agg(quote_literal(term), ' | ')) FROM kept)"
             score = f"{rank}(hits.hit_vector, {anyterm}, {normalization})"
+        if self.length_prior:
+            score = f"{score} / {length_pivot('length(hits.hit_vector)')}"
         match = (f"SELECT {columns}, search_vector AS hit_vector FROM memory_units "
                  f"WHERE {where} AND search_vector @@ ")
         not_exact = "AND NOT coalesce(search_vector @@ (SELECT exact FROM tiers), false) "

@@ -164,6 +164,20 @@ def test_length_normalization_is_a_bound_bit_mask(value: int) -> None:
     assert "kept.q, CAST(:native_normalization AS int))" in b.arm_sql(columns=COLUMNS, where=WHERE)
 
 
+def test_the_length_prior_divides_the_score_unless_a_normalization_is_set() -> None:
+    pivot = ("/ (1 - CAST(:length_b AS float8) + CAST(:length_b AS float8) * length(hits.hit_vector) "
+             "/ CAST(:length_mean AS float8))")
+    assert NativeSettings().normalization is None and NativeBackend.length_prior and backend().length_prior
+    for idf in (True, False):
+        sql = NativeBackend(Settings(), NativeSettings(idf=idf)).arm_sql(columns=COLUMNS, where=WHERE)
+        assert sql.count(pivot) == 1 and "AS bm25_score FROM hits" in sql
+        parse_statement(sql)
+    for value in (0, 1):  # set, even to 0, it replaces the prior
+        b = NativeBackend(Settings(), NativeSettings(normalization=value))
+        assert not b.length_prior and ":length_b" not in b.arm_sql(columns=COLUMNS, where=WHERE)
+    assert backend().parameters()["native_normalization"] == 0
+
+
 @pytest.mark.parametrize("value", [-1, 64, "log"])
 def test_length_normalization_out_of_range_is_refused(value: object) -> None:
     with pytest.raises(ValidationError):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from .types import ArmResult, Budget, ChatReply, ChatRequest, Placement, TimeWindow
+from .types import ArmResult, Budget, ChatReply, ChatRequest, LengthPrior, Placement, TimeWindow
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -128,6 +128,9 @@ class RetrievalContext:
     indexed: bool = False
     #: the bank's index slot (``banks.ann_slot``, see :mod:`hindsight_recall.store.ann`), if it has one
     ann_slot: int | None = None
+    #: the bank's keyword length prior (:mod:`hindsight_recall.recall.length_prior`); ``None`` when the
+    #: text-search backend applies none
+    length_prior: LengthPrior | None = None
 
     def where(self, fact_type: str) -> str:
         """The predicate every statement over ``memory_units`` for one fact type ANDs in.
@@ -213,6 +216,11 @@ class TextSearchBackend(Protocol):
     #: memories per ``search_vector`` lexeme; a ``tsvector`` column), so core keeps it at every write.
     #: False (the default): core writes none, and the backend must not read it.
     keeps_term_stats: bool = False
+    #: Optional. The arm SQL divides each score by the bank's length prior,
+    #: :func:`~hindsight_recall.textsearch.length_pivot` of the row's ``length(search_vector)``, with
+    #: ``:length_b`` and ``:length_mean`` bound by core from ``length_stats`` (kept with
+    #: ``keeps_term_stats``, which it needs). False (the default): core binds the prior that changes nothing.
+    length_prior: bool = False
     #: Optional. The embedded server (PostgreSQL with pgvector and contrib) can host the backend, so
     #: the compliance suite runs without ``HINDSIGHT_TEST_DATABASE_URL_<NAME>``.
     runs_on_embedded_server: bool = False

@@ -101,7 +101,19 @@ def keyword_query(prepared: KeywordQuery | str | None) -> KeywordQuery | None:
 #: Parameter names core binds next to a backend's SQL (tag filters add ``filter_*``).
 CORE_PARAMETERS = frozenset({
     "bank_id", "query_text", "query_terms", "fact_types", "min_score", "limit", "per_type",
+    "length_b", "length_mean",
 })
+
+
+def length_pivot(length_sql: str) -> str:
+    """SQL: what a backend that applies the bank's length prior (``length_prior``) divides a memory's
+    score by, ``1 − b + b × length / mean`` with ``b`` and the bank's mean length bound by core
+    (:mod:`hindsight_recall.recall.length_prior`); 1 when ``b`` is 0.
+
+    :param length_sql: the memory's length, as the statistics count it (``length(search_vector)``).
+    """
+    b = "CAST(:length_b AS float8)"
+    return f"(1 - {b} + {b} * {length_sql} / CAST(:length_mean AS float8))"
 
 
 def backend_parameters(backend: TextSearchBackend) -> dict[str, Any]:
@@ -142,6 +154,8 @@ class ExtensionBackend:
     ranks_every_match: bool = False
     #: Extension backends rank with the extension's own statistics, not core's term counts.
     keeps_term_stats: bool = False
+    #: ... and normalise lengths their own way, if at all (docs/backends.md says how each does).
+    length_prior: bool = False
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings

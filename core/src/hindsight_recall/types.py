@@ -146,6 +146,21 @@ class ArmResult:
 
 
 @dataclass(frozen=True)
+class LengthPrior:
+    """How much a memory's length lowers its keyword score in one bank: the keyword score is divided by
+    ``1 − b + b × length / mean`` (:mod:`hindsight_recall.recall.length_prior` chooses ``b``)."""
+
+    #: the memories the statistics cover (the bank's, in the fact types searched)
+    memories: int = 0
+    #: their mean length (distinct lexemes of ``search_vector``)
+    mean: float = 0.0
+    #: the coefficient of variation of their lengths (standard deviation / mean)
+    spread: float = 0.0
+    #: the weight of a memory's length; 0 leaves the scores as they are
+    b: float = 0.0
+
+
+@dataclass(frozen=True)
 class TimeWindow:
     """An inclusive date window [start, end] that drives the temporal arm."""
 

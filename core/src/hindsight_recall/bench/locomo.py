@@ -16,6 +16,7 @@ from ..jsonl import read_jsonl
 from ..testing.scores import ALL_KS as ALL_KS
 from ..testing.scores import KS as KS
 from ..testing.scores import score_query as score_query  # re-exported: how bench recall scores a query
+from ..types import FACT_TYPES
 from ._bm25 import Okapi
 
 #: ``--per-arm`` ablations: fused recall without one stage, as setting changes of the engine's settings
@@ -88,6 +89,8 @@ async def run_locomo(
         stats = await engine.retain_many(dict(batches), lines=dict(lines))
         echo(f"retained {stats.memories} memories into {stats.banks} banks in {stats.seconds:.1f} s "
              f"({stats.per_second:.0f}/s, embedding {stats.embedding_seconds:.1f} s, links {stats.link_seconds:.2f} s)")
+        priors = await length_priors(engine, list(batches))
+        _print_priors(priors, echo)
         run_file = out.open("w", encoding="utf-8") if out else None
         try:
             for i, q in enumerate(questions, start=1):
@@ -127,7 +130,7 @@ async def run_locomo(
         "metrics": metrics, "skipped_no_evidence": skipped, "retain": stats.as_json(),
         "latency_ms": {"p50": round(statistics.median(latencies) * 1000, 1) if latencies else 0.0,
                        "p95": round(percentile(latencies, 0.95) * 1000, 1)},
-        "budget": budget, "max_tokens": max_tokens, "per_category": by_category,
+        "budget": budget, "max_tokens": max_tokens, "per_category": by_category, "length_prior": priors,
     }
     if variant_latencies:
         report["variant_latency_ms"] = {name: {"p50": round(statistics.median(v) * 1000, 1),
@@ -135,6 +138,25 @@ async def run_locomo(
                                         for name, v in variant_latencies.items()}
     _print_table(report, echo)
     return report
+
+
+async def length_priors(engine: Any, bank_ids: Sequence[str]) -> dict[str, Any]:
+    """The keyword length prior each bank chose (its statistics over every fact type, as a recall of all
+    fact types reads them), and whether the backend applies it (``..._NATIVE_NORMALIZATION`` unset).
+
+    :param engine: an open engine.
+    :param bank_ids: the banks of the split.
+    """
+    chosen = {bank_id: await engine.banks.length_prior(bank_id, FACT_TYPES) for bank_id in bank_ids}
+    return {"applied": bool(engine.text_search.length_prior), "banks": chosen}
+
+
+def _print_priors(priors: dict[str, Any], echo: Callable[[str], None]) -> None:
+    applied = "applied" if priors["applied"] else "not applied: the backend's own length handling ranks"
+    echo(f"keyword length prior per bank ({applied}):")
+    for bank_id, p in priors["banks"].items():
+        echo(f"  {bank_id:24s} b {p['b']:.3f}  (spread {p['spread']:.3f}, mean length {p['mean_length']:.1f}, "
+             f"{p['memories']} memories)")
 
 
 async def _ablate(engine: Any, variants: dict[str, Any], q: dict[str, Any], budget: str, max_tokens: int,

@@ -43,7 +43,7 @@ __all__ = ["CONFIGS", "QueryVectors", "ScaleOptions", "int_list", "machine", "pe
 
 #: every table that holds a bank's rows: its size on disk is theirs
 TABLES = ("memory_units", "memory_links", "unit_entities", "entities", "chunks", "observation_sources",
-          "documents", "term_stats")
+          "documents", "term_stats", "length_stats")
 EMBED_SAMPLE = 1000
 #: the server settings a report shows: what sizes a recall's and a build's work
 SERVER_SETTINGS = ("shared_buffers", "work_mem", "max_parallel_maintenance_workers", "max_parallel_workers_per_gather")

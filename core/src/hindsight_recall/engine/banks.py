@@ -6,11 +6,12 @@ Driver errors of these calls reach the caller as they are: the service tells a w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BankNotFound
+from ..recall import length_prior
 from ..store import bank_reads
 from ..store import banks as store
 from ..store.bank_reads import PERIODS as PERIODS  # re-exported: the periods a time series covers
@@ -110,3 +111,11 @@ class Banks(Part):
             if await store.bank_config(conn, bank_id) is None:
                 raise BankNotFound(bank_id)
             return await bank_reads.memories_timeseries(conn, bank_id, period, time_field, now or datetime.now(UTC))
+
+    async def length_prior(self, bank_id: str, fact_types: Iterable[str]) -> dict[str, Any] | None:
+        """The keyword length prior a recall of ``fact_types`` applies in the bank (``b``, the spread and mean
+        of its lengths, how many memories), from the statistics every write keeps; ``None`` with no memories."""
+        async with self._db.connect() as conn:
+            state = await store.bank_state(conn, bank_id)
+        lengths = state.lengths if state is not None else {}
+        return length_prior.describe(length_prior.for_fact_types(lengths, fact_types))

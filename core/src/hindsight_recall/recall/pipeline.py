@@ -16,6 +16,7 @@ from ..protocols import ArmStatement, RetrievalContext, Retriever
 from ..store import banks
 from ..time.window import warm_finder
 from ..types import ArmResult, Candidate
+from . import length_prior
 from .arms._ann import AnnSettings
 from .arms._compose import composable, run_composed
 from .arms.semantic import semantic_floor
@@ -121,12 +122,17 @@ async def _recall(
         if config.enable_temporal_retrieval != engine.settings.enable_temporal_retrieval:  # the bank's own
             question = await _question(req, config, now)
         details.update(question.describe())
+    # the bank's length prior, and the weights of the stages that cannot see length with it (when the
+    # keyword arm, which applies it, runs)
+    applies = engine.text_search.length_prior and config.enable_text_search and bool(question.tokens)
+    prior = length_prior.for_fact_types(state.lengths, req.types) if applies else None
+    config = length_prior.weigh_stages(config, prior, tuple(arm.name for arm in engine.retrievers))
     ctx = RetrievalContext(
         bank_id=req.bank_id, query=question.text, tokens=question.tokens, embedding=(), fact_types=req.types,
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
         db=engine.db.limited(config.recall_connection_budget, lend=session), text_search=engine.text_search, now=now,
         window=question.window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
-        indexed=state.indexed, ann_slot=state.ann_slot,
+        indexed=state.indexed, ann_slot=state.ann_slot, length_prior=prior,
     )
     if req.query_timestamp is not None and question.source == "query" and question.semantic is not None \
             and ctx.fact_types:
@@ -167,6 +173,7 @@ async def _recall(
             results = sorted((r for rs in gathered for r in rs), key=lambda r: order.index(r.arm))  # stable
             details.update(_arm_counts(results))
             details["composed"] = [arm.name for arm in group] if len(group) > 1 else []
+            details["length_prior"] = length_prior.describe(ctx.length_prior)
             details["spread_by_fact_type"] = spread and len(group) > 1
     finally:
         for task in tasks.values():

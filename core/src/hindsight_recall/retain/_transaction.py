@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import DocumentChanged, RetainError
 from ..limits import int32_problem
-from ..store import ann, banks, term_stats
+from ..store import ann, banks, length_stats, term_stats
 from ..store._bincopy import driver_connection
 from ..store.schema import DOCUMENT_KEY, of_document
 from ..store.vector_types import register_vector
@@ -245,12 +245,14 @@ class Transaction:
         # a new bank has none of these ids yet (they are derived from the bank id): no conflict check
         upsert = "" if bank.created else f" ON CONFLICT ON CONSTRAINT memory_units_pkey DO UPDATE SET {_UPDATE}"
         if bank.present:  # only rows the bank holds have counts to take out
+            await length_stats.count_out(conn, backend, bank_id, ids)
             await term_stats.count_out(conn, backend, bank_id, ids)
         if self._arrays(memories):
             await insert_units(conn, bank_id, rows, backend.write_expression("u.document"),
                                self.ingestor.backend_params, upsert=upsert, now=datetime.now(UTC))
         else:
             await self._copy_units(rows, upsert)
+        await length_stats.count_in(conn, backend, bank_id, None if bank.created else ids)
         await term_stats.count_in(conn, backend, bank_id, None if bank.created else ids)
         await write_sources(conn, bank_id, ids, memories)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,7 +17,7 @@ from ..limits import unicode_problem
 from ..protocols import TextSearchBackend
 from ..settings import BankSettings
 from ..types import Placement
-from . import term_stats
+from . import length_stats, term_stats
 from .schema import of_document
 
 MAX_BANK_ID = 256
@@ -94,16 +94,20 @@ class BankState:
     indexed: bool
     #: the bank's index slot (:mod:`hindsight_recall.store.ann`), if it has one
     ann_slot: int | None
+    #: fact type -> (memories, sum of lengths, sum of squared lengths) (:mod:`.length_stats`)
+    lengths: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 async def bank_state(conn: AsyncConnection, bank_id: str) -> BankState | None:
-    """The bank's overrides and how its vectors are indexed; ``None`` for an unknown bank."""
-    row = (await conn.execute(text("SELECT config, indexed, ann_slot FROM banks WHERE bank_id = :bank"),
-                              {"bank": bank_id})).first()
+    """The bank's overrides, how its vectors are indexed and its length statistics, in one read;
+    ``None`` for an unknown bank."""
+    row = (await conn.execute(text(
+        f"SELECT config, indexed, ann_slot, {length_stats.BANK_LENGTHS} AS lengths FROM banks WHERE bank_id = :bank"
+    ), {"bank": bank_id})).first()
     if row is None:
         return None
     where = Placement(row.ann_slot, bool(row.indexed))
-    return BankState(dict(row.config or {}), bool(where.predicate()), where.slot)
+    return BankState(dict(row.config or {}), bool(where.predicate()), where.slot, length_stats.lengths_of(row.lengths))
 
 
 async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -205,6 +209,7 @@ async def delete_bank(conn: AsyncConnection, bank_id: str) -> bool:
     # its aliases go with it (by cascade); every process's alias map is told at commit
     if await conn.scalar(text("SELECT EXISTS (SELECT 1 FROM bank_aliases WHERE bank_id = :bank)"), {"bank": bank_id}):
         await conn.execute(text("SELECT pg_notify('hindsight_recall_aliases', :bank)"), {"bank": bank_id[:7000]})
+    await length_stats.delete_bank(conn, bank_id)
     await term_stats.delete_bank(conn, bank_id)
     await conn.execute(text("DELETE FROM banks WHERE bank_id = :bank"), {"bank": bank_id})
     return True
@@ -274,6 +279,7 @@ async def forget(conn: AsyncConnection, bank_id: str, external_ids: Sequence[str
         "WHERE bank_id = :bank AND source_memory_ids && CAST(:ids AS uuid[])",
     ):
         await conn.execute(text(statement), params)
+    await length_stats.count_out(conn, backend, bank_id, ids)
     await term_stats.count_out(conn, backend, bank_id, ids)
     removed = (await conn.execute(text(
         "DELETE FROM memory_units WHERE bank_id = :bank AND id = ANY(:ids) RETURNING chunk_id, document_id"

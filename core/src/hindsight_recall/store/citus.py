@@ -37,8 +37,8 @@ BANK_KEYED_JOINS = (
 )
 #: distributed by bank_id, in this order (the first one anchors the colocation group)
 DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources",
-               "term_stats", "bank_aliases", "bank_transfers", "transfer_archive_parts", "invalidated_memories",
-               "documents", "operations", "directives", "webhooks", "audit_log")
+               "term_stats", "length_stats", "bank_aliases", "bank_transfers", "transfer_archive_parts",
+               "invalidated_memories", "documents", "operations", "directives", "webhooks", "audit_log")
 #: small global tables, copied to every node
 REFERENCE = ("hindsight_meta", "hindsight_migrations")
 #: table -> its primary key on Citus (the bank column is part of every key)

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
-from . import operations, term_stats
+from . import length_stats, operations, term_stats
 from .citus import distribute, has_citus, key_by_bank
 
 if TYPE_CHECKING:
@@ -479,11 +479,17 @@ def _v20(dimensions: int) -> list[str]:
     ]
 
 
+def _v21(dimensions: int) -> list[str]:
+    # The keyword arm's length prior reads how the lengths of a bank's memories spread: per-bank sums
+    # kept at every write, so no query reads the bank's lengths (see store/length_stats.py).
+    return length_stats.table_statements()
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
-    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19, 20: _v20,
+    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19, 20: _v20, 21: _v21,
 }
 
 
@@ -500,6 +506,7 @@ DATA_MIGRATIONS: dict[int, Callable[[AsyncConnection], Awaitable[None]]] = {7: _
 #: step is idempotent: an upgrade stopped half-way resumes at the next start.
 ROW_MIGRATIONS: dict[int, Callable[[Upgrade], Awaitable[None]]] = {
     8: _v8_rows, 9: _v9_rows, 10: term_stats.backfill, 14: _v14_rows, 17: _v17_rows, 18: _v18_rows, 19: _v19_rows,
+    21: length_stats.backfill,
 }
 
 

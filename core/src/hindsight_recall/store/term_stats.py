@@ -113,17 +113,26 @@ async def backfill(upgrade: Any) -> None:
 
     :param upgrade: a :class:`~hindsight_recall.store.schema.Upgrade` (its ``backend`` decides).
     """
-    if not keeps(upgrade.backend):
+    if not await counts_this_database(upgrade):
         return
+    await upgrade.execute("DELETE FROM term_stats")
+    await upgrade.in_batches(_UPSERT.format(counted=counted("u.id > :after AND u.id <= :upto")))
+
+
+async def counts_this_database(upgrade: Any) -> bool:
+    """Whether an upgrade fills statistics from the stored vectors: the backend keeps them, built this
+    database, and its ``search_vector`` is a ``tsvector``.
+
+    :param upgrade: a :class:`~hindsight_recall.store.schema.Upgrade`.
+    """
+    if not keeps(upgrade.backend):
+        return False
     built_with = await upgrade.conn.scalar(text(
         "SELECT value FROM hindsight_meta WHERE key = 'text_search_extension'"
     ))
     if built_with != upgrade.backend.name:  # another backend's vectors: start refuses this database anyway
-        return
-    if not await _vectors_are_tsvectors(upgrade.conn):
-        return
-    await upgrade.execute("DELETE FROM term_stats")
-    await upgrade.in_batches(_UPSERT.format(counted=counted("u.id > :after AND u.id <= :upto")))
+        return False
+    return await vectors_are_tsvectors(upgrade.conn)
 
 
 async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple[str, str, str, int, int]]:
@@ -134,7 +143,7 @@ async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple
 
     :return: ``(bank_id, fact_type, lexeme, kept, fresh)`` tuples.
     """
-    if not await _vectors_are_tsvectors(conn):
+    if not await vectors_are_tsvectors(conn):
         return []  # another kind of backend: no statistics are kept, so none can drift
     where = "true" if bank_id is None else "u.bank_id = :bank"
     scope = "" if bank_id is None else "WHERE bank_id = :bank"
@@ -147,7 +156,7 @@ async def drift(conn: AsyncConnection, bank_id: str | None = None) -> list[tuple
     return [(r.bank_id, r.fact_type, r.lexeme, r.kept, r.fresh) for r in rows]
 
 
-async def _vectors_are_tsvectors(conn: AsyncConnection) -> bool:
+async def vectors_are_tsvectors(conn: AsyncConnection) -> bool:
     """Whether ``memory_units.search_vector`` is a ``tsvector``, the only kind these counts read."""
     kind = await conn.scalar(text(
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'memory_units'::regclass "

@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..store import term_stats
+from ..store import length_stats, term_stats
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
@@ -157,8 +157,8 @@ _ORPHANS = {
 
 
 async def orphans(conn: AsyncConnection, bank_ids: Sequence[str]) -> list[str]:
-    """Every row of the banks that nothing should have left behind, and term counts that drifted, as
-    lines saying what is wrong (empty when all holds)."""
+    """Every row of the banks that nothing should have left behind, and term or length statistics that
+    drifted, as lines saying what is wrong (empty when all holds)."""
     found = []
     for what, statement in _ORPHANS.items():
         rows = (await conn.execute(text(statement), {"banks": list(bank_ids)})).all()
@@ -168,5 +168,8 @@ async def orphans(conn: AsyncConnection, bank_ids: Sequence[str]) -> list[str]:
         drift = await term_stats.drift(conn, bank_id)
         if drift:
             found.append(f"term counts of bank {bank_id!r} drifted: {drift[:5]}")
+        lengths = await length_stats.drift(conn, bank_id)
+        if lengths:
+            found.append(f"length statistics of bank {bank_id!r} drifted: {lengths[:5]}")
     return found
 

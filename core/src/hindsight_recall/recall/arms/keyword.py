@@ -9,6 +9,7 @@ from ...protocols import RetrievalContext
 from ...settings import Settings
 from ...textsearch import backend_parameters, keyword_query
 from ...types import ArmResult
+from .. import length_prior
 from ._rows import COLUMNS, base_params, run_union, where_for
 
 
@@ -34,7 +35,7 @@ class KeywordRetriever:
                 return []
             params = {**base_params(ctx), **backend_parameters(backend), "query_text": query.text,
                       "query_terms": list(query.terms), "fact_types": list(ctx.fact_types), "min_score": floor,
-                      "limit": ctx.limit}
+                      "limit": ctx.limit, **length_prior.parameters(ctx.length_prior)}
             if backend.ranks_every_match and len(ctx.fact_types) > 1:
                 # every fact type in one pass: LIMIT NULL lets the backend's statement return all matches
                 return await run_union(conn, self.name, ctx, [_one_pass_sql(backend.arm_sql, ctx)],
