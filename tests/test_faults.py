@@ -462,3 +462,25 @@ def test_recalls_while_the_postmaster_is_killed_answer_200_or_503(make_settings:
         while http.post("/memories/recall", json={"query": "Where does Alice work?"}).status_code != 200:
             assert time.monotonic() < deadline, "recalls did not come back after the restart"
             time.sleep(0.2)
+
+
+def test_ready_says_the_database_is_away_and_a_probe_brings_it_back(make_settings: Callable[..., Settings],
+                                                                    tmp_path: Path) -> None:
+    """``/health/ready`` asks the database: stopped under the service, the probe answers 503 naming it,
+    restarts the embedded server, and a later probe answers ready."""
+    import httpx
+    from hindsight_recall.testing.service import ServerThread
+
+    data_dir = tmp_path / "away" / "data"
+    with ServerThread(make_settings(embedded_data_dir=data_dir, database_url=None)) as server:
+        ready = httpx.get(f"{server.url}/health/ready", timeout=30)
+        assert (ready.status_code, ready.json()) == (200, {"status": "healthy", "database": "connected"})
+        assert embedded.stop_server(data_dir)
+        away = httpx.get(f"{server.url}/health/ready", timeout=30)
+        assert away.status_code == 503 and away.headers["Retry-After"], away.text
+        assert away.json()["database"] == "disconnected" and away.json()["reason"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{server.url}/health/ready", timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, "the database did not come back"
+            time.sleep(0.2)
+        assert embedded.status(data_dir) is not None

@@ -275,6 +275,24 @@ class Engine:
                 await self._recover(exc)
         raise ConfigError("unreachable")  # pragma: no cover
 
+    async def ping(self, timeout: float = 2.0) -> str | None:
+        """``None`` when the database answers ``SELECT 1`` within ``timeout`` seconds, else why not. A lost
+        connection is recovered from as a recall's is (an embedded server that died is restarted), so a
+        probe alone brings the database back."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.db.connect() as conn:
+                    await conn.exec_driver_sql("SELECT 1")
+        except TimeoutError:
+            return f"the database did not answer within {timeout:g} s"
+        except (DBAPIError, psycopg.Error) as exc:
+            if is_retryable(exc):
+                await self._recover(exc)
+            return db_message(exc)
+        except DatabaseError as exc:  # the pool's own refusals (exhausted, closed)
+            return str(exc)
+        return None
+
     async def list_banks(self) -> list[dict[str, Any]]:
         """Every bank as ``{bank_id, memories, created_at}``, by name."""
         with database_errors("listing banks"):

@@ -49,11 +49,17 @@ def _version() -> str:
 
 
 async def health(request: Request) -> Response:
+    """Ready: the engine is loaded and the database answers now (a probe while it is away says so, and
+    starts its recovery)."""
     state: ServiceState = request.app.state.service
-    if state.ready:
-        return JSONResponse({"status": "healthy", "database": "connected"})
-    return JSONResponse({"status": "unhealthy", "reason": state.failure or "starting"}, status_code=503,
-                        headers={"Retry-After": "2"})
+    if not state.ready:
+        return JSONResponse({"status": "unhealthy", "reason": state.failure or "starting"}, status_code=503,
+                            headers={"Retry-After": "2"})
+    problem = await request.app.state.engine.ping()
+    if problem is not None:
+        return JSONResponse({"status": "unhealthy", "database": "disconnected", "reason": problem},
+                            status_code=503, headers={"Retry-After": "2"})
+    return JSONResponse({"status": "healthy", "database": "connected"})
 
 
 #: when this process started, for the liveness probe's ``uptime_seconds``
