@@ -67,13 +67,7 @@ def counted(where: str, sign: int = 1) -> str:
 
 
 async def _apply(conn: AsyncConnection, bank_id: str, ids: Sequence[uuid.UUID] | None, sign: int) -> None:
-    where = "u.bank_id = :bank" + ("" if ids is None else " AND u.id = ANY(:ids)")
-    params: dict[str, Any] = {"bank": bank_id}
-    if ids is not None:
-        if not ids:
-            return
-        params["ids"] = list(ids)
-    await conn.execute(text(_UPSERT.format(counted=counted(where, sign))), params)
+    await term_stats.apply_delta(conn, _UPSERT, counted, bank_id, ids, sign)
 
 
 async def count_in(conn: AsyncConnection, backend: Any, bank_id: str, ids: Sequence[uuid.UUID] | None) -> None:

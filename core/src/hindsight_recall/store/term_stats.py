@@ -20,7 +20,7 @@ Only backends that declare ``keeps_term_stats`` pay for this: for the others eve
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -68,14 +68,21 @@ def counted(where: str, sign: int = 1) -> str:
     return _COUNTED.format(sign=int(sign), where=where)
 
 
-async def _apply(conn: AsyncConnection, bank_id: str, ids: Sequence[uuid.UUID] | None, sign: int) -> None:
+async def apply_delta(conn: AsyncConnection, upsert: str, counted_rows: Callable[[str, int], str], bank_id: str,
+                      ids: Sequence[uuid.UUID] | None, sign: int) -> None:
+    """Upsert the counts of a bank's rows (``ids``; ``None``: all of them), times ``sign``: ``upsert`` has a
+    ``{counted}`` slot that ``counted_rows(where, sign)`` fills. Shared with :mod:`.length_stats`."""
     where = "u.bank_id = :bank" + ("" if ids is None else " AND u.id = ANY(:ids)")
     params: dict[str, Any] = {"bank": bank_id}
     if ids is not None:
         if not ids:
             return
         params["ids"] = list(ids)
-    await conn.execute(text(_UPSERT.format(counted=counted(where, sign))), params)
+    await conn.execute(text(upsert.format(counted=counted_rows(where, sign))), params)
+
+
+async def _apply(conn: AsyncConnection, bank_id: str, ids: Sequence[uuid.UUID] | None, sign: int) -> None:
+    await apply_delta(conn, _UPSERT, counted, bank_id, ids, sign)
 
 
 async def count_in(conn: AsyncConnection, backend: Any, bank_id: str, ids: Sequence[uuid.UUID] | None) -> None:
