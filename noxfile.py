@@ -215,14 +215,17 @@ FAULT_TRIALS = "200"
 
 @nox.session(python="3.11", default=False)
 def faults(session: nox.Session) -> None:
-    """kill -9 at seeded points of every write path, 200 times (HINDSIGHT_FAULT_TRIALS, _SEED), summed up."""
+    """kill -9 at seeded points of every write path, 200 times (HINDSIGHT_FAULT_TRIALS, _SEED), summed up;
+    then the faults below the service (the database killed, stopped, moved, cut off or stalled; a full
+    disk) with their figures, and 64 and 256 clients for 2 minutes each (HINDSIGHT_LOAD_SECONDS)."""
     import collections
     import json
 
     install(session, *TEST_DEPS)
-    report = os.path.join(session.create_tmp(), "faults.jsonl")
-    if os.path.exists(report):
-        os.remove(report)
+    report, away = (os.path.join(session.create_tmp(), name) for name in ("faults.jsonl", "away.jsonl"))
+    for path in (report, away):
+        if os.path.exists(path):
+            os.remove(path)
     env = {**OFFLINE, "HINDSIGHT_FAULT_TRIALS": os.environ.get("HINDSIGHT_FAULT_TRIALS", FAULT_TRIALS),
            "HINDSIGHT_FAULT_SEED": os.environ.get("HINDSIGHT_FAULT_SEED", "37"), "HINDSIGHT_FAULT_REPORT": report}
     try:
@@ -238,6 +241,18 @@ def faults(session: nox.Session) -> None:
                 session.log(f"{path:16} {acked:12} {outcome:5} {n}")
             half = sum(n for (_, _, outcome), n in counts.items() if outcome == "half")
             session.log(f"{len(trials)} trials, {half} half-written")
+    env = {**OFFLINE, "HINDSIGHT_AWAY_REPORT": away,
+           "HINDSIGHT_LOAD_SECONDS": os.environ.get("HINDSIGHT_LOAD_SECONDS", "120")}
+    try:
+        session.run("pytest", "tests/test_database_away.py", "tests/test_bench_load.py", "-rs", "-s", "-q",
+                    *session.posargs, env=env)
+    finally:
+        if os.path.exists(away):
+            with open(away) as handle:
+                for line in handle:
+                    figures = json.loads(line)
+                    session.log(f"{figures['scenario']:36} {figures['requests']:6} requests {figures['by_status']} "
+                                f"recovered in {figures['recovery_seconds']} s")
 
 
 @nox.session(python="3.11", default=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from hindsight_recall import Engine, load_settings  # noqa: E402
 from hindsight_recall.settings import Settings  # noqa: E402
+from hindsight_recall.store import embedded  # noqa: E402
 from hindsight_recall.testing.service import ServerThread  # noqa: E402
 
 #: tests(citus) sets it: without HINDSIGHT_TEST_DATABASE_URL, the run starts a coordinator and two workers
@@ -161,3 +163,19 @@ async def alice(engine: Engine, bank: str) -> str:
     """A small bank about Alice; returns its id."""
     await engine.retain(bank, ALICE_BANK)
     return bank
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 200 MB tmpfs of its own: a disk that can be filled up or made read-only (needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=False)
+        embedded.stop_server(mount / "pg" / "data")
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,22 +199,6 @@ async def test_retain_and_delete_bank_churn_on_one_bank_raise_nothing(engine: En
         assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
         stats = await engine.bank_stats(bank)
         assert stats is None or stats["memories"] in (1, 2)
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 200 MB tmpfs of its own: a disk that can be filled up or made read-only (needs root)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", str(mount)], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=False)
-        embedded.stop_server(mount / "pg" / "data")
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 async def test_a_full_disk_and_a_read_only_data_dir_are_database_errors_saying_what_to_do(

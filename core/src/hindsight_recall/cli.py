@@ -340,6 +340,34 @@ def bench_soak(minutes: float, clients: int, banks: int, recall_share: float, se
         out.write_text(json.dumps(report, indent=2))
 
 
+@bench.command("load")
+@click.option("--clients", default="64,256", show_default=True, help="Connections per run, comma separated.")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True,
+              help="Length of each run.")
+@click.option("--banks", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--retain-every", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Every n-th request retains one memory; the others recall.")
+@click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Write the server's log here.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON here.")
+def bench_load(clients: str, seconds: float, banks: int, retain_every: int, log: Path | None,
+               out: Path | None) -> None:
+    """Drive `serve` with many clients at once from wrk; report answers by status, latency, CPU and memory."""
+    from .bench.load import LoadOptions, run_load
+    from .bench.scale import int_list
+
+    try:
+        options = LoadOptions(clients=tuple(int_list(clients)), seconds=seconds, banks=banks,
+                              retain_every=retain_every, log=log)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    report = run(lambda: run_load(options, echo=click.echo))
+    if out:
+        out.write_text(json.dumps(report, indent=2))
+    problems = {n: found for n, found in report["failures"].items() if found}
+    if problems:
+        raise click.ClickException(f"errors under load: {problems}")
+
+
 @main.command()
 @click.option("--host", help="Address to bind (default HINDSIGHT_API_HOST, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port (default HINDSIGHT_API_PORT, 8888).")

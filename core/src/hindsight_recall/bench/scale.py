@@ -108,7 +108,10 @@ def int_list(value: str) -> list[int]:
     out: list[int] = []
     for item in (v.strip().lower() for v in value.split(",") if v.strip()):
         scale = {"k": 1_000, "m": 1_000_000}.get(item[-1], 1)
-        out.append(int(float(item[:-1] if scale > 1 else item) * scale))
+        try:
+            out.append(int(float(item[:-1] if scale > 1 else item) * scale))
+        except ValueError:
+            raise ValueError(f"{value!r} is not a comma list of positive integers") from None
     if not out or min(out) < 1:
         raise ValueError(f"{value!r} is not a comma list of positive integers")
     return out

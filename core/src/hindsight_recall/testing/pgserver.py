@@ -41,6 +41,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -677,6 +678,28 @@ class Server:
             _pg(self, "pg_ctl", "-D", self.datadir, "-m", "fast", "-w", "-t", "60", "stop", timeout=90)
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def kill(self) -> None:
+        """kill -9 the postmaster, as a crash does (its backends exit when they notice); the data stays."""
+        pid = int((self.datadir / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server and keep its data (``mode``: pg_ctl's ``fast`` or ``immediate``)."""
+        _pg(self, "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "-t", "60", "stop", timeout=90)
+
+    def resume(self, port: int | None = None) -> None:
+        """Start the stopped (or killed) server again, on ``port`` or its own."""
+        self.port = port or self.port
+        for attempt in range(20):  # a killed postmaster's backends hold its shared memory until they notice
+            try:
+                _pg(self, "pg_ctl", "-D", self.datadir, "-l", self.folder / "server.log", "-w", "-t", "60",
+                    "-o", f"-p {self.port}", "start", timeout=90, env={"PGPASSFILE": str(self.folder / "pgpass")})
+                return
+            except subprocess.CalledProcessError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
+
     def execute(self, *statements: str, database: str = "postgres") -> None:
         """Run ``statements`` in autocommit on ``database``."""
         import psycopg
@@ -752,6 +775,12 @@ def start_server(installation: Installation, *, password: str | None = None,
         server.stop()
         raise
     return server
+
+
+def embedded_installation() -> Installation:
+    """The embedded server's own PostgreSQL (with pgvector), to run as a separate server on 127.0.0.1."""
+    package, version = embedded_install()
+    return Installation(Recipe("vector", version, (), lambda *_: None), package.parent)
 
 
 @contextlib.contextmanager
