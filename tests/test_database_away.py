@@ -328,3 +328,32 @@ def test_a_full_disk_refuses_writes_with_503_naming_it_while_recall_answers(
         status = embedded.status(data_dir)
         assert status is not None
         _check(load, _batch_sizes(status.url(), bank), "embedded: disk full", recovery, freed - started)
+
+
+def test_a_queued_retain_that_meets_the_database_away_pauses_and_resumes(
+        serve: Callable[..., ServerThread], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operation whose run meets a lost connection goes back to the queue, not to ``failed``, even when
+    the database is back by the time the worker records how it ended."""
+    from hindsight_recall.service import async_retain
+
+    real, calls = async_retain.run, []
+
+    async def run_once_without_a_database(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            await psycopg.AsyncConnection.connect(f"postgresql://x@127.0.0.1:{pgserver.free_port()}/x")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(async_retain, "run", run_once_without_a_database)
+    service = serve()
+    bank = f"paused-{uuid.uuid4().hex[:8]}"
+    items = [{"content": f"queued item {i}: Bob logged ferry {i} at the pier.", "document_id": "queued"}
+             for i in range(5)]
+    reply = httpx.post(f"{service.url}/v1/default/banks/{bank}/memories", timeout=60, json={"items": items,
+                                                                                            "async": True})
+    operation = str(reply.json()["operation_id"])
+    deadline = time.monotonic() + 60
+    while (body := _operation(service.url, bank, operation))["status"] != "completed":
+        assert body["status"] in ("pending", "processing") and time.monotonic() < deadline, body
+        time.sleep(0.2)
+    assert len(calls) == 2 and body["retry_count"] >= 1, body

@@ -34,6 +34,8 @@ log = logging.getLogger("hindsight_recall.service.worker")
 
 #: seconds between looks at the queue when nothing woke the worker
 POLL_SECONDS = 1.0
+#: seconds an operation waits before it runs again after the database was away
+PAUSE_SECONDS = 2.0
 #: seconds a shutdown waits for the runs to roll back and be handed back
 STOP_SECONDS = 3.0
 
@@ -131,6 +133,10 @@ class Worker:
         except Exception as exc:
             error = classify(exc)  # the message a synchronous request would have answered
             message = redact(error.message)
+            if error.code == "database_unavailable":  # not the operation's fault: it waits for the database
+                log.warning("operation %s paused: %s", op.operation_id, message)
+                await self._finish(op, "retry", error=message, delay=PAUSE_SECONDS)
+                return
             log.warning("operation %s failed: %s", op.operation_id, message,
                         exc_info=exc if error.code == "internal_error" else None)
             await self._finish(op, "failed", error=message)
