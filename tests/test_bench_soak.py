@@ -56,6 +56,7 @@ def test_growth_over_the_last_window() -> None:
     assert growth(samples, 10) == pytest.approx(100 * (130 - 120) / 120, abs=0.01)
     assert growth(samples, 30) == 30.0
     assert growth(samples[:1], 10) is None
+    assert growth(samples, 10, in_mb=True) == 10.0
 
 
 def test_rss_of_this_process_and_texts() -> None:

@@ -87,8 +87,8 @@ def query(rng: random.Random) -> str:
     return " ".join([rng.choice(FIRST_NAMES), *rng.choices(COMMON_WORDS, k=rng.randint(1, 12)), rng.choice(PLACES)])
 
 
-def growth(samples: list[dict[str, Any]], window_minutes: float) -> float | None:
-    """Percent growth of RSS over the last ``window_minutes`` of the samples (None if too few)."""
+def growth(samples: list[dict[str, Any]], window_minutes: float, *, in_mb: bool = False) -> float | None:
+    """Growth of RSS over the last ``window_minutes`` of the samples, in percent (or MB); None if too few."""
     if len(samples) < 2:
         return None
     end = samples[-1]
@@ -96,7 +96,7 @@ def growth(samples: list[dict[str, Any]], window_minutes: float) -> float | None
     if start is end:
         return None
     first, last = float(start["rss_mb"]), float(end["rss_mb"])
-    return round(100 * (last - first) / first, 2)
+    return round(last - first, 1) if in_mb else round(100 * (last - first) / first, 2)
 
 
 class Soak:
@@ -273,6 +273,8 @@ async def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) ->
         "samples": soak.samples, "requests": soak.counts, "errors_by_kind": soak.errors, **check,
         "rss_growth_pct": growth(soak.samples, options.minutes),
         "rss_growth_last_10_min_pct": growth(soak.samples, 10) if options.minutes > 10 else None,
+        # after warm-up: the second half of the run, in MB
+        "rss_growth_second_half_mb": growth(soak.samples, options.minutes / 2, in_mb=True),
         "cpus": os.cpu_count(),
     }
     echo(summary(report))
@@ -287,6 +289,8 @@ def summary(report: dict[str, Any]) -> str:
              f"memories: {report['acknowledged']} acknowledged, {report['stored']} stored; "
              f"{report['recalled']} of {report['recall_checks']} sampled recalled by their text",
              f"RSS: {first['rss_mb']} -> {last['rss_mb']} MB ({report['rss_growth_pct'] or 0:+.1f} %)"]
+    if report["rss_growth_second_half_mb"] is not None:
+        lines.append(f"RSS growth over the second half: {report['rss_growth_second_half_mb']:+.1f} MB")
     if report["rss_growth_last_10_min_pct"] is not None:
         lines.append(f"RSS growth over the last 10 minutes: {report['rss_growth_last_10_min_pct']:+.2f} %")
     return "\n".join(lines)
