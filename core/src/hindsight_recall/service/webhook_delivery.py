@@ -1,9 +1,11 @@
 """Webhook events and their delivery, as upstream Hindsight sends them.
 
-An event (``retain.completed`` after each retained item) becomes one queued operation per subscribed
-webhook, in one statement after the retain committed (the engine's webhooks queue it); the queue worker
-sends it from its own lane, so a slow or failing endpoint never holds back a retain. A failed attempt is
-tried again after ``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h), then the delivery fails.
+An event (``retain.completed`` after each retained item) is written with the retain, in its transaction
+(an outbox), and becomes one queued operation per subscribed webhook when a queue worker takes it out
+(the engine's webhooks do both); the worker sends each from its own lane, so a slow or failing endpoint
+never holds back a retain, and an event whose process died before it was queued is queued by the next.
+A failed attempt is tried again after ``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h),
+then the delivery fails.
 
 Each request carries upstream's headers: ``X-Hindsight-Event``, ``X-Hindsight-Event-Id`` (the same for
 every webhook and attempt: receivers dedupe on it), ``X-Hindsight-Delivery-Id`` (the operation), and
@@ -19,7 +21,6 @@ import hmac
 import ipaddress
 import logging
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -112,18 +113,6 @@ def sign_v2(secret: str, body: bytes, timestamp: int) -> str:
     that checks ``t`` against a tolerance refuses replayed deliveries."""
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={mac}"
-
-
-async def fire_retain(engine: Engine, bank_id: str, items: Sequence[tuple[str | None, Sequence[str]]],
-                      operation_id: str | None = None) -> int:
-    """Queue ``retain.completed`` for each retained item, (document id, tags) each, to every enabled
-    webhook of the bank that takes it; how many deliveries were queued. Never raises: a retain that
-    committed stays a success (a failure to queue is logged)."""
-    try:
-        return await engine.webhooks.retain_completed(bank_id, items, operation_id)
-    except Exception as exc:  # the retain is done; its notification is not worth failing it
-        log.warning("queueing webhook deliveries for bank %s failed: %s", bank_id, exc)
-        return 0
 
 
 async def deliver(engine: Engine, op: Operation, client: httpx.AsyncClient) -> dict[str, Any]:
