@@ -30,7 +30,7 @@ from ..engine import Engine
 from ..engine.operations import DELIVERY_TYPE, Lost, Operation
 from ..engine.webhooks import DISPATCH_EVENTS
 from ..errors import describe_error, redact
-from . import async_retain, webhook_delivery
+from . import async_retain, webhook_delivery, webhook_targets
 from .errors import classify
 
 log = logging.getLogger("hindsight_recall.service.worker")
@@ -169,9 +169,10 @@ class Worker:
         return result
 
     def _client(self) -> httpx.AsyncClient:
-        """The HTTP client of every delivery (its connections kept between them)."""
+        """The HTTP client of every delivery (its connections kept between them, each opened only to an
+        address that passed the webhook checks)."""
         if self._http is None:
-            self._http = httpx.AsyncClient(follow_redirects=False)
+            self._http = webhook_targets.client(self.engine.settings)
         return self._http
 
     async def _keep_lease(self, op: Operation, work: asyncio.Task[Any]) -> None:
