@@ -1,6 +1,7 @@
 """Webhooks over ``serve``: registered, listed, changed and deleted as upstream's; each retained item's
 ``retain.completed`` delivered from the operations queue to a real HTTP server on 127.0.0.1, signed as
-upstream signs it, retried after a failure, and never holding back a retain."""
+upstream signs it, retried after a failure, never holding back a retain, and delivered once by the
+next ``serve`` when the one that committed the retain was killed before it queued the delivery."""
 
 from __future__ import annotations
 
