@@ -1,22 +1,29 @@
 """Webhooks over ``serve``: registered, listed, changed and deleted as upstream's; each retained item's
 ``retain.completed`` delivered from the operations queue to a real HTTP server on 127.0.0.1, signed as
-upstream signs it, retried after a failure, and never holding back a retain."""
+upstream signs it, retried after a failure, never holding back a retain, and delivered once by the
+next ``serve`` when the one that committed the retain was killed before it queued the delivery."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import os
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall import Engine
 from hindsight_recall.service.webhook_delivery import sign, sign_v2
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply, Request
-from hindsight_recall.testing.service import ServerThread
+from hindsight_recall.testing.service import ServeProcess, ServerThread
 
 SECRET = "whsec-test-0123456789"
 
@@ -194,3 +201,80 @@ def test_bad_ids_and_unknown_banks(http: httpx.Client) -> None:
     assert http.patch(f"{b}/webhooks/{hook['id']}", json={"url": "http://192.168.1.1/"}).status_code == 400
     assert http.get(f"{b}/webhooks/{hook['id']}/deliveries", params={"cursor": "yesterday"}).status_code == 400
     assert http.get(f"{b}/webhooks/{hook['id']}/deliveries", params={"limit": "500"}).status_code == 400
+
+
+# ---- kill -9 between the commit and the delivery ------------------------------------------------------------
+
+
+def _serve_process(url: str, name: str, log_dir: Path, **settings: str) -> ServeProcess:
+    """``serve`` as a process of its own on the database at ``url``; its sessions named ``name``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HINDSIGHT_API_", "HINDSIGHT_RECALL_"))}
+    named = url + ("&" if "?" in url else "?") + f"application_name={name}"
+    env.update({"HINDSIGHT_API_DATABASE_URL": named, "HINDSIGHT_API_RERANKER_PROVIDER": "rrf",
+                "HINDSIGHT_API_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1", "HINDSIGHT_API_SERVICE_OPERATION_LEASE": "3",
+                **settings})
+    return ServeProcess(env, (log_dir / f"{name}.log").open("w"))
+
+
+def _until(what: str, found: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := found()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.05)
+    return value
+
+
+def test_an_event_committed_before_a_kill_9_is_delivered_once_after_the_restart(
+    engine: Engine, receiver: FixtureServer, tmp_path: Path
+) -> None:
+    """The retain commits, then its delivery stalls (the operations table is locked, so nothing reaches the
+    queue) and ``serve`` is killed: a ``serve`` started again on the database delivers the event, once."""
+    import psycopg
+
+    url, tag = engine.db.url, uuid.uuid4().hex[:8]
+    bank_id = f"outbox-{tag}"
+    first = _serve_process(url, f"outbox-first-{tag}", tmp_path).start()
+    answered: list[int] = []
+    try:
+        with httpx.Client(base_url=first.url, timeout=120, headers=EXTRAS) as http:
+            register(http, f"/v1/default/banks/{bank_id}", f"{receiver.url}/hook")
+        with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as look:
+            holder.execute("LOCK TABLE operations IN EXCLUSIVE MODE")  # reads go on; no row goes in
+            body = {"items": [{"content": "Gus fixes clocks.", "document_id": "g"}]}
+
+            def post() -> None:  # answered before the kill, or cut off by it
+                with contextlib.suppress(httpx.HTTPError):
+                    answered.append(httpx.post(f"{first.url}/v1/default/banks/{bank_id}/memories", json=body,
+                                               headers=EXTRAS, timeout=120).status_code)
+
+            retain = threading.Thread(target=post, daemon=True)
+            retain.start()
+            _until("the retain committed", lambda: look.execute(
+                "SELECT count(*) FROM memory_units WHERE bank_id = %s", (bank_id,)).fetchone()[0] == 1)
+            _until("the first serve waits to queue the delivery", lambda: look.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted "
+                "AND l.relation = 'operations'::regclass AND a.application_name = %s",
+                (f"outbox-first-{tag}",)).fetchone()[0])
+            first.stop(signal.SIGKILL)
+            look.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                         (f"outbox-first-{tag}",))
+            holder.rollback()
+            retain.join(30)
+    finally:
+        first.stop(signal.SIGKILL)
+    assert answered in ([], [200]) and not arrived(receiver, bank_id, 1, timeout=0)
+    second = _serve_process(url, f"outbox-second-{tag}", tmp_path).start()
+    try:
+        got = arrived(receiver, bank_id, 1, timeout=60)
+        assert len(got) == 1, "the committed retain's event was lost with the killed server"
+        with httpx.Client(base_url=second.url, timeout=60, headers=EXTRAS) as http:
+            hooks = http.get(f"/v1/default/banks/{bank_id}/webhooks").json()["items"]
+            done = deliveries(http, f"/v1/default/banks/{bank_id}", hooks[0]["id"],
+                              lambda items: bool(items) and all(d["status"] == "completed" for d in items))
+        time.sleep(2)  # a second delivery would come now
+        again = arrived(receiver, bank_id, 2, timeout=0)
+        assert len(again) == 1 and len(done) == 1, [r.body for r in again]
+        assert again[0].headers["x-hindsight-event-id"] == again[0].body["event_id"]
+        assert again[0].body["data"] == {"document_id": "g", "memory_unit_count": 1}
+    finally:
+        second.stop()

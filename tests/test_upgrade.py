@@ -92,6 +92,8 @@ async def test_an_upgrade_from_schema_7_runs_beside_readers_without_the_statemen
                                                       "WHERE memories > 0 AND length_sum > 0"))
                     place = await conn.scalar(text(
                         "SELECT position FROM memory_units WHERE bank_id = 'bank-0' AND external_id = 'D7:3'"))
+                    # migration 22: the webhook outbox, empty
+                    outbox = await conn.scalar(text("SELECT count(*) FROM webhook_outbox"))
                 assert tuple(counts) == (ROWS, ROWS, 2)
                 assert place == 3  # its place in its document, from the number in its id
                 wanted = {"idx_mu_bank_type", "idx_mu_document_position", "idx_mu_occurred_range",
@@ -100,6 +102,7 @@ async def test_an_upgrade_from_schema_7_runs_beside_readers_without_the_statemen
                 assert work_table is None
                 assert drift == [] and kept == await _banks(engine)
                 assert length_drift == [] and measured == kept
+                assert outbox == 0
         finally:
             stop.set()
             reader.join()

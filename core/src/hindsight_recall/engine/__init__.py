@@ -183,6 +183,7 @@ class Engine:
         self, bank_id: str, memories: Iterable[Memory | Mapping[str, Any]], *, progress: bool | None = None,
         embeddings: Sequence[Sequence[float]] | None = None, replace_documents: Iterable[str] = (),
         document_sizes: Mapping[str, int] | None = None,
+        within: Callable[[AsyncConnection], Awaitable[None]] | None = None,
     ) -> RetainStats:
         """Store memories in a bank; re-retaining an id updates it. All or nothing.
 
@@ -197,6 +198,8 @@ class Engine:
         :param document_sizes: document id -> how many memories it holds as the caller read it (the
             place an append was numbered after): if another write changed it meanwhile, nothing is
             written and :class:`~hindsight_recall.errors.DocumentChanged` (409) says to read and retry.
+        :param within: more work for the same transaction (see :meth:`retain_many`), such as the
+            webhook events of the retain (:class:`~hindsight_recall.engine.webhooks.Retained`).
         """
         if isinstance(memories, str | bytes | Mapping | Memory) or not isinstance(memories, Iterable):
             raise RetainError(None, "memories", f"expected a list of memories, got {type(memories).__name__}")
@@ -204,7 +207,7 @@ class Engine:
         return await self.retain_many({bank_id: items}, progress=progress,
                                       embeddings=None if embeddings is None else {bank_id: embeddings},
                                       replace_documents={bank_id: _texts("replace_documents", replace_documents)},
-                                      document_sizes={bank_id: dict(document_sizes or {})})
+                                      document_sizes={bank_id: dict(document_sizes or {})}, within=within)
 
     async def retain_many(
         self, batches: Mapping[str, Sequence[Memory]], *, lines: Mapping[str, Sequence[int]] | None = None,

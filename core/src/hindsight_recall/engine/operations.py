@@ -33,6 +33,19 @@ _CHANGES: dict[str, Callable[[AsyncConnection, str, uuid.UUID], Awaitable[bool]]
 Within = Callable[[AsyncConnection], Awaitable[None]]
 
 
+def chained(*steps: Within) -> Within:
+    """One ``within`` that runs ``steps`` in order, in the same transaction.
+
+    :param steps: the steps.
+    """
+
+    async def run(conn: AsyncConnection) -> None:
+        for step in steps:
+            await step(conn)
+
+    return run
+
+
 class Lost(Exception):
     """The operation is no longer this worker's to run (cancelled, deleted, or taken after its lease)."""
 

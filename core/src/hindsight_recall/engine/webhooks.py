@@ -1,9 +1,12 @@
-"""A bank's webhooks and their deliveries (the deliveries themselves run in the queue's own lane).
+"""A bank's webhooks, their events and their deliveries (the deliveries themselves run in the queue's own lane).
 
-An event (``retain.completed`` after each retained item) becomes one queued delivery per subscribed
-webhook, in one statement after the retain committed. Each delivery's payload is what to send and where
-(the event's JSON body as upstream sends it, the URL and HTTP settings as they were); its ``event_id`` is
-the same for every webhook and attempt, so receivers dedupe on it.
+An event (``retain.completed`` after each retained item) is written to the outbox in the transaction of
+the change it tells of (:class:`Retained`, the retain's ``within``), when a webhook of the bank takes it:
+the event commits with its change or not at all. A queue worker then dispatches it (:meth:`Webhooks.dispatch`):
+one queued delivery per subscribed webhook, in the transaction that takes the event out of the outbox.
+Each delivery's payload is what to send and where (the event's JSON body as upstream sends it, the URL and
+HTTP settings as they were); its ``event_id`` is the same for every webhook and attempt, so receivers
+dedupe on it, and its operation id is derived from the event and the webhook, so it is queued once.
 """
 
 from __future__ import annotations
@@ -14,15 +17,50 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from ..store import banks, operations
 from ..store import webhooks as store
 from ._part import Part, require_bank
 
 RETAIN_COMPLETED = "retain.completed"
+#: events a worker takes from the outbox at a time
+DISPATCH_EVENTS = 200
+
+
+class Retained:
+    """``retain.completed`` for each retained item, written to the outbox by the retain's own transaction:
+    pass it as the retain's ``within``. Nothing is written when no enabled webhook of the bank takes the event.
+
+    :param bank_id: the bank.
+    :param items: (document id, tags) of each retained item.
+    :param operation_id: the retain's operation (default: a new id, for a retain that was not queued).
+    :param event_ids: each item's event id (default: new ones); a retain run again names the same ones.
+    """
+
+    def __init__(self, bank_id: str, items: Sequence[tuple[str | None, Sequence[str]]],
+                 operation_id: str | None = None, event_ids: Sequence[uuid.UUID] | None = None) -> None:
+        self.bank_id, self.items = bank_id, list(items)
+        self.operation_id = operation_id or uuid.uuid4().hex
+        self.event_ids = list(event_ids) if event_ids is not None else [uuid.uuid4() for _ in self.items]
+        #: how many events the last transaction wrote
+        self.recorded = 0
+
+    async def __call__(self, conn: AsyncConnection) -> None:
+        self.recorded = 0
+        if not self.items or not await store.any_subscribed(conn, self.bank_id, RETAIN_COMPLETED):
+            return
+        counts = await store.document_counts(conn, self.bank_id, sorted({d for d, _ in self.items if d}))
+        now = _iso(datetime.now(UTC))
+        events = [(event_id, RETAIN_COMPLETED, _body(event_id, self.bank_id, self.operation_id, now, document, tags,
+                                                     counts))
+                  for event_id, (document, tags) in zip(self.event_ids, self.items, strict=True)]
+        await store.record(conn, self.bank_id, events)
+        self.recorded = len(events)
 
 
 class Webhooks(Part):
-    """Register, list, change and delete a bank's webhooks; read a webhook's deliveries."""
+    """Register, list, change and delete a bank's webhooks; queue the deliveries of their events and read them."""
 
     async def create(self, bank_id: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Register a webhook; the bank is created if needed."""
@@ -58,27 +96,31 @@ class Webhooks(Part):
                 return None
             return await store.deliveries(conn, bank_id, webhook_id, limit, before)
 
-    async def retain_completed(self, bank_id: str, items: Sequence[tuple[str | None, Sequence[str]]],
-                               operation_id: str | None = None) -> int:
-        """Queue ``retain.completed`` for each retained item, (document id, tags) each, to every enabled
-        webhook of the bank that takes it, in one transaction; how many deliveries were queued.
-
-        :param operation_id: the retain's operation (default: a new id, for a retain that was not queued).
-        """
+    async def dispatch(self, limit: int = DISPATCH_EVENTS) -> int:
+        """Queue the deliveries of up to ``limit`` events of the outbox, oldest first: one per enabled webhook
+        of the bank that takes the event, in the transaction that takes the bank's events out of the outbox
+        (an event another process took first is skipped). Returns how many events were taken."""
         async with self._db.connect() as conn:
-            hooks = await store.subscribed(conn, bank_id, RETAIN_COMPLETED)
-            if not hooks:
-                return 0
-            documents = sorted({d for d, _ in items if d})
-            counts = await store.document_counts(conn, bank_id, documents)
-            now, op = _iso(datetime.now(UTC)), operation_id or uuid.uuid4().hex
-            events = [_event(bank_id, op, now, document, tags, counts) for document, tags in items]
-            queued = [(uuid.uuid4(), json.dumps({"webhook_id": hook["id"], "url": hook["url"],
-                                                 "event_type": RETAIN_COMPLETED, "event_id": event_id,
-                                                 "http_config": hook["http_config"], "body": body}))
-                      for event_id, body in events for hook in hooks]
-            await store.queue(conn, bank_id, queued)
-        return len(queued)
+            found = await store.waiting(conn, limit)
+        by_bank: dict[str, list[uuid.UUID]] = {}
+        for bank_id, event_id in found:
+            by_bank.setdefault(bank_id, []).append(event_id)
+        taken = 0
+        for bank_id, event_ids in by_bank.items():
+            async with self._db.connect() as conn:
+                events = await store.take(conn, bank_id, event_ids)
+                hooks: dict[str, list[dict[str, Any]]] = {}
+                queued = []
+                for event_id, event_type, body in events:
+                    if event_type not in hooks:
+                        hooks[event_type] = await store.subscribed(conn, bank_id, event_type)
+                    queued += [(uuid.uuid5(event_id, hook["id"]), json.dumps({
+                        "webhook_id": hook["id"], "url": hook["url"], "event_type": event_type,
+                        "event_id": str(event_id), "http_config": hook["http_config"], "body": body}))
+                        for hook in hooks[event_type]]
+                await store.queue(conn, bank_id, queued)
+            taken += len(events)
+        return taken
 
     async def delivery(self, op: operations.Operation) -> tuple[dict[str, Any], bool, str | None]:
         """What the delivery ``op`` sends (its task: ``webhook_id``, ``url``, ``event_type``, ``event_id``,
@@ -95,13 +137,12 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def _event(bank_id: str, operation_id: str, now: str, document: str | None, tags: Sequence[str],
-           counts: dict[str, int]) -> tuple[str, str]:
-    """(event id, the JSON body) of one ``retain.completed``; null fields left out, as upstream."""
-    event_id = str(uuid.uuid4())
+def _body(event_id: uuid.UUID, bank_id: str, operation_id: str, now: str, document: str | None, tags: Sequence[str],
+          counts: dict[str, int]) -> str:
+    """The JSON body of one ``retain.completed``; null fields left out, as upstream."""
     data: dict[str, Any] = {"tags": list(tags)} if tags else {}
     if document:
         data = {"document_id": document, **data, "memory_unit_count": counts.get(document, 0)}
-    body = {"event_id": event_id, "event": RETAIN_COMPLETED, "bank_id": bank_id, "operation_id": operation_id,
+    body = {"event_id": str(event_id), "event": RETAIN_COMPLETED, "bank_id": bank_id, "operation_id": operation_id,
             "status": "completed", "timestamp": now, "data": data}
-    return event_id, json.dumps(body, separators=(",", ":"))
+    return json.dumps(body, separators=(",", ":"))

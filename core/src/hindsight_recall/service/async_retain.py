@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
-from ..engine.operations import Operation
+from ..engine.operations import Operation, chained
+from ..engine.webhooks import Retained
 from ..errors import RetainError
 from ..jsonl import parse_datetime
 from ..settings import Settings
@@ -141,14 +142,15 @@ def spans(where: Sequence[tuple[int, str, int]], chunk_items: int) -> list[tuple
     return out
 
 
-async def run(engine: Engine, op: Operation, worker_id: str,
-              chunk_items: int) -> tuple[dict[str, Any], list[tuple[str, tuple[str, ...]]]]:
+async def run(engine: Engine, op: Operation, worker_id: str, chunk_items: int) -> tuple[dict[str, Any], int]:
     """Do the queued retain from where it stopped, as ``worker_id``; returns what goes in the operation's
-    result, and each item's document and tags (what its ``retain.completed`` event tells).
+    result, and how many webhook events this run wrote.
 
     Each run of whole documents (:func:`spans`) is one transaction, and the progress recorded with it
-    is in that transaction too: a document is never half written, nor a run written and not counted.
-    Raises :class:`~hindsight_recall.engine.operations.Lost` once the operation is no longer the worker's.
+    is in that transaction too, and so are its items' ``retain.completed`` events (each item's event id
+    derived from the operation, the same in every run): a document is never half written, nor a run
+    written and not counted or not told of. Raises :class:`~hindsight_recall.engine.operations.Lost` once
+    the operation is no longer the worker's.
     """
     queue = engine.operations
     payload, plan = await queue.payload(op)
@@ -166,7 +168,7 @@ async def run(engine: Engine, op: Operation, worker_id: str,
         await queue.record_plan(op, worker_id, plan)
     existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
     where, replaced = placements(op.bank_id, body, existing_ids)
-    done, removed = min(op.processed, len(where)), 0
+    done, removed, told = min(op.processed, len(where)), 0, 0
     await queue.progress(op, worker_id, "retaining", done)
     for start, end in spans(where, chunk_items):
         if end <= done:  # committed by an earlier run (a run stopped inside a document redoes it whole)
@@ -174,8 +176,15 @@ async def run(engine: Engine, op: Operation, worker_id: str,
         part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[start:end]]
         documents = sorted({document for _, document, _ in where[start:end]} & set(replaced))
         counted = queue.progress_within(op, worker_id, "retaining", end)
+        events = Retained(op.bank_id, [(document, item_tags(body, index)) for index, document, _ in where[start:end]],
+                          str(op.operation_id), [event_id(op.operation_id, index) for index, _, _ in where[start:end]])
         stats = await engine.retain_many({op.bank_id: part}, progress=False,
-                                         replace_documents={op.bank_id: documents}, within=counted)
+                                         replace_documents={op.bank_id: documents}, within=chained(counted, events))
         removed += stats.removed
-    retained = [(document_id, item_tags(body, index)) for index, document_id, _ in where]
-    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}, retained
+        told += events.recorded
+    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}, told
+
+
+def event_id(operation_id: uuid.UUID, index: int) -> uuid.UUID:
+    """The ``retain.completed`` event id of a queued retain's item ``index``: the same in every run of it."""
+    return uuid.uuid5(operation_id, f"retain.completed/{index}")

@@ -46,7 +46,7 @@ def _json(body: dict[str, Any]) -> str:
 
 async def retain_now(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
     """``POST /memories`` without ``async``: the items stored before the answer, a re-sent document
-    replacing its memories; ``retain.completed`` queued for any webhook."""
+    replacing its memories; ``retain.completed`` written with them for any webhook."""
     engine, bank = call.engine, call.bank
     body: RetainBody = parse_body(_json(sent), RetainBody)
     check_supported(body)

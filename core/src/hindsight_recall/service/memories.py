@@ -15,12 +15,13 @@ from starlette.routing import Route
 from ..engine import Engine
 from ..engine.banks import validate_bank_id
 from ..engine.memories import TIME_FIELDS
+from ..engine.webhooks import Retained
 from ..errors import DocumentChanged, QueryTooLong, RetainError
 from ..jsonl import parse_datetime, parse_memory
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..types import FACT_TYPES, Memory, TagsMatch
-from . import async_retain, webhook_delivery
+from . import async_retain
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query, wake_worker
 from .errors import ServiceError
 from .items import appended, build_memories, check_supported
@@ -37,21 +38,21 @@ UNLIMITED = 2**31 - 1
 
 async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> tuple[int, bool]:
     """Store a retain's items before answering, a re-sent document replacing its memories and an appended one
-    numbered again when another write appended first; ``retain.completed`` queued for any webhook. Returns
-    how many memories were stored and whether an event was queued."""
+    numbered again when another write appended first; ``retain.completed`` for any webhook written with the
+    memories, in their transaction. Returns how many memories were stored and whether an event was written."""
     async_retain.check_sync_size(body, engine.settings)
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         existing = await engine.document_memory_ids(bank_id, appended(body))
         memories, replaced = build_memories(bank_id, body, existing)
+        events = Retained(bank_id, [(m.document_id, m.tags) for m in memories])
         try:
             await engine.retain(bank_id, memories, progress=False, replace_documents=replaced,
-                                document_sizes={d: len(ids) for d, ids in existing.items()})
+                                document_sizes={d: len(ids) for d, ids in existing.items()}, within=events)
             break
         except DocumentChanged:  # another write appended to the same document first: number again
             if attempt == APPEND_ATTEMPTS:
                 raise
-    queued = await webhook_delivery.fire_retain(engine, bank_id, [(m.document_id, m.tags) for m in memories])
-    return len(memories), bool(queued)
+    return len(memories), bool(events.recorded)
 
 @endpoint
 async def retain(request: Request) -> Response:

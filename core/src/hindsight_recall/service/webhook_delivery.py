@@ -1,37 +1,32 @@
 """Webhook events and their delivery, as upstream Hindsight sends them.
 
-An event (``retain.completed`` after each retained item) becomes one queued operation per subscribed
-webhook, in one statement after the retain committed (the engine's webhooks queue it); the queue worker
-sends it from its own lane, so a slow or failing endpoint never holds back a retain. A failed attempt is
-tried again after ``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h), then the delivery fails.
+An event (``retain.completed`` after each retained item) is written with the retain, in its transaction
+(an outbox), and becomes one queued operation per subscribed webhook when a queue worker takes it out
+(the engine's webhooks do both); the worker sends each from its own lane, so a slow or failing endpoint
+never holds back a retain, and an event whose process died before it was queued is queued by the next.
+A failed attempt is tried again after ``WEBHOOK_RETRY_DELAYS`` (upstream's 5 s, 5 min, 30 min, 2 h, 5 h),
+then the delivery fails.
 
 Each request carries upstream's headers: ``X-Hindsight-Event``, ``X-Hindsight-Event-Id`` (the same for
 every webhook and attempt: receivers dedupe on it), ``X-Hindsight-Delivery-Id`` (the operation), and
 with a secret ``X-Hindsight-Signature`` and ``X-Hub-Signature-256`` (``sha256=`` HMAC-SHA256 of the
-body) and ``X-Hindsight-Signature-V2`` (``t=<unix seconds>,v1=`` HMAC-SHA256 of ``"<t>.<body>"``).
+body) and ``X-Hindsight-Signature-V2`` (``t=<unix seconds>,v1=`` HMAC-SHA256 of ``"<t>.<body>"``). Where
+a webhook may point, and the client that connects only there, are in :mod:`.webhook_targets`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
-import ipaddress
-import logging
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from ..engine import Engine
 from ..engine.operations import Operation
-from ..settings import Settings
-from .errors import ServiceError
-
-log = logging.getLogger("hindsight_recall.service.webhooks")
+from .webhook_targets import Refused
 
 #: how much of an endpoint's answer a delivery keeps
 MAX_KEPT_BODY = 2048
@@ -53,51 +48,6 @@ class DeliveryFailed(Exception):
         self.result = result
 
 
-# ---- where a webhook may point ------------------------------------------------------------------
-# A webhook is a request this server makes on a caller's behalf: one naming a private, loopback,
-# link-local or reserved address is refused unless its host is in WEBHOOK_ALLOWED_HOSTS, when it is
-# registered (as written) and before each delivery (as resolved).
-
-def _allowed(settings: Settings) -> set[str]:
-    return {h.strip().lower() for h in settings.webhook_allowed_hosts.split(",") if h.strip()}
-
-
-def _private(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    return not ip.is_global or ip in ipaddress.ip_network("100.64.0.0/10")
-
-
-def check_url(url: str, settings: Settings) -> None:
-    """400 unless ``url`` is http(s) with a host that is public or allowed (an address checked as written)."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host:
-        raise ServiceError(400, "invalid_webhook_url", f"url: {url[:200]!r} is not an http or https URL")
-    if host in _allowed(settings):
-        return
-    try:
-        private = _private(host)
-    except ValueError:
-        private = host == "localhost" or host.endswith(".localhost")
-    if private:
-        raise ServiceError(400, "invalid_webhook_url", f"url: {host} is a private, loopback or reserved address; "
-                           "allow it with HINDSIGHT_API_WEBHOOK_ALLOWED_HOSTS")
-
-
-async def check_resolved(url: str, settings: Settings) -> str | None:
-    """Why a delivery to ``url`` must not be made (its name resolves to a private address), or None."""
-    host = (urlsplit(url).hostname or "").lower()
-    if host in _allowed(settings):
-        return None
-    try:
-        found = await asyncio.get_running_loop().getaddrinfo(host, None)
-    except OSError as exc:
-        return f"{host} does not resolve: {exc}"
-    private = sorted({info[4][0] for info in found if _private(str(info[4][0]))})
-    return f"{host} resolves to a private address ({private[0]})" if private else None
-
-
-
 def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
@@ -114,18 +64,6 @@ def sign_v2(secret: str, body: bytes, timestamp: int) -> str:
     return f"t={timestamp},v1={mac}"
 
 
-async def fire_retain(engine: Engine, bank_id: str, items: Sequence[tuple[str | None, Sequence[str]]],
-                      operation_id: str | None = None) -> int:
-    """Queue ``retain.completed`` for each retained item, (document id, tags) each, to every enabled
-    webhook of the bank that takes it; how many deliveries were queued. Never raises: a retain that
-    committed stays a success (a failure to queue is logged)."""
-    try:
-        return await engine.webhooks.retain_completed(bank_id, items, operation_id)
-    except Exception as exc:  # the retain is done; its notification is not worth failing it
-        log.warning("queueing webhook deliveries for bank %s failed: %s", bank_id, exc)
-        return 0
-
-
 async def deliver(engine: Engine, op: Operation, client: httpx.AsyncClient) -> dict[str, Any]:
     """Make one attempt at the delivery ``op``; its result metadata. Raises :class:`RetryLater` or
     :class:`DeliveryFailed` when the endpoint failed."""
@@ -134,9 +72,6 @@ async def deliver(engine: Engine, op: Operation, client: httpx.AsyncClient) -> d
                               "last_attempt_at": _iso(datetime.now(UTC))}
     if not exists:
         raise DeliveryFailed("the webhook was deleted", result)
-    refused = await check_resolved(task["url"], engine.settings)
-    if refused:  # never becomes allowed by trying again
-        raise DeliveryFailed(refused, result)
     body, config = task["body"].encode(), task.get("http_config") or {}
     headers = {"Content-Type": "application/json", **(config.get("headers") or {}),
                "X-Hindsight-Event": task["event_type"], "X-Hindsight-Event-Id": task["event_id"],
@@ -149,6 +84,8 @@ async def deliver(engine: Engine, op: Operation, client: httpx.AsyncClient) -> d
         response = await client.request("GET" if get else "POST", task["url"], headers=headers,
                                         params=config.get("params") or None, content=None if get else body,
                                         timeout=float(config.get("timeout_seconds", 30)))
+    except Refused as refused:  # the host's addresses are checked when it connects: never allowed by trying again
+        raise DeliveryFailed(str(refused), result) from None
     except httpx.HTTPError as exc:
         problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     else:

@@ -1,6 +1,6 @@
 """Webhook routes: register, list, change and delete a bank's webhooks, and read their deliveries.
 
-A webhook's URL is checked when it is registered or changed (:func:`~.webhook_delivery.check_url`);
+A webhook's URL is checked when it is registered or changed (:func:`~.webhook_targets.check_url`);
 its secret is never answered.
 """
 
@@ -20,7 +20,7 @@ from ._params import bounded_int, path_text
 from .base import bank_of, body_of, endpoint, engine_of, text_query
 from .errors import ServiceError
 from .schemas import _Body
-from .webhook_delivery import check_url
+from .webhook_targets import check_url
 from .wire import answer
 
 

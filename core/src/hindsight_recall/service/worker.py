@@ -2,7 +2,9 @@
 
 Every ``serve`` process on a database runs one (SERVICE_OPERATION_WORKERS operations at once; 0 runs
 none), so several processes share one queue. Webhook deliveries run in a lane of their own
-(WEBHOOK_DELIVERY_WORKERS at once), so an endpoint that hangs or fails never holds back a retain.
+(WEBHOOK_DELIVERY_WORKERS at once), so an endpoint that hangs or fails never holds back a retain. Before
+each look at the queue the worker queues the deliveries of the webhook events waiting in the outbox
+(those a process that died left there too, from the first look on).
 
 A running operation's lease is renewed every third of SERVICE_OPERATION_LEASE; losing it (the operation
 was cancelled, deleted, or its lease ran out and another worker took it) stops the run. On shutdown the
@@ -26,8 +28,9 @@ import httpx
 
 from ..engine import Engine
 from ..engine.operations import DELIVERY_TYPE, Lost, Operation
+from ..engine.webhooks import DISPATCH_EVENTS
 from ..errors import describe_error, redact
-from . import async_retain, webhook_delivery
+from . import async_retain, webhook_delivery, webhook_targets
 from .errors import classify
 
 log = logging.getLogger("hindsight_recall.service.worker")
@@ -73,6 +76,7 @@ class Worker:
         log.info("operation worker %s: %d at once", self.id, self.slots)
         while True:
             self._wake.clear()
+            await self._dispatch()
             for lane, slots in ((self.running, self.slots), (self.delivering, self.delivery_slots)):
                 if slots - len(lane) > 0:
                     try:
@@ -82,6 +86,14 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(POLL_SECONDS):
                     await self._wake.wait()
+
+    async def _dispatch(self) -> None:
+        """Queue the deliveries of the events in the outbox; with more left, look again at once."""
+        try:
+            if await self.engine.webhooks.dispatch() >= DISPATCH_EVENTS:
+                self._wake.set()
+        except Exception as exc:  # the database is away: the events wait in the outbox
+            log.warning("queueing webhook deliveries failed: %s", redact(describe_error(exc) or repr(exc)))
 
     async def _claim(self, lane: dict[Key, asyncio.Task[None]], free: int) -> None:
         queue = self.engine.operations
@@ -157,15 +169,16 @@ class Worker:
             return await webhook_delivery.deliver(self.engine, op, self._client())
         if op.operation_type != async_retain.RETAIN:
             raise ValueError(f"this server cannot run operations of type {op.operation_type!r}")
-        result, retained = await async_retain.run(self.engine, op, self.id, self.chunk_items)
-        if await webhook_delivery.fire_retain(self.engine, op.bank_id, retained, str(op.operation_id)):
+        result, told = await async_retain.run(self.engine, op, self.id, self.chunk_items)
+        if told:
             self.wake()
         return result
 
     def _client(self) -> httpx.AsyncClient:
-        """The HTTP client of every delivery (its connections kept between them)."""
+        """The HTTP client of every delivery (its connections kept between them, each opened only to an
+        address that passed the webhook checks)."""
         if self._http is None:
-            self._http = httpx.AsyncClient(follow_redirects=False)
+            self._http = webhook_targets.client(self.engine.settings)
         return self._http
 
     async def _keep_lease(self, op: Operation, work: asyncio.Task[Any]) -> None:

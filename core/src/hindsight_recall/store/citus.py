@@ -38,7 +38,8 @@ BANK_KEYED_JOINS = (
 #: distributed by bank_id, in this order (the first one anchors the colocation group)
 DISTRIBUTED = ("banks", "memory_units", "entities", "chunks", "unit_entities", "memory_links", "observation_sources",
                "term_stats", "length_stats", "bank_aliases", "bank_transfers", "transfer_archive_parts",
-               "invalidated_memories", "documents", "operations", "directives", "webhooks", "audit_log")
+               "invalidated_memories", "documents", "operations", "directives", "webhooks", "webhook_outbox",
+               "audit_log")
 #: small global tables, copied to every node
 REFERENCE = ("hindsight_meta", "hindsight_migrations")
 #: table -> its primary key on Citus (the bank column is part of every key)
@@ -63,6 +64,7 @@ _FOREIGN_KEYS = (
      "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
     ("directives", "directives_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
     ("webhooks", "webhooks_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
+    ("webhook_outbox", "webhook_outbox_bank_id_fkey", "(bank_id) REFERENCES banks (bank_id) ON DELETE CASCADE"),
     ("unit_entities", "unit_entities_unit_id_fkey",
      "(unit_id, bank_id) REFERENCES memory_units (id, bank_id) ON DELETE CASCADE"),
     ("unit_entities", "unit_entities_entity_id_fkey",

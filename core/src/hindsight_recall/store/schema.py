@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import ConfigError
 from ..protocols import TextSearchBackend
 from ..types import FACT_TYPES
-from . import length_stats, operations, term_stats
+from . import length_stats, operations, term_stats, webhooks
 from .citus import distribute, has_citus, key_by_bank
 
 if TYPE_CHECKING:
@@ -485,11 +485,17 @@ def _v21(dimensions: int) -> list[str]:
     return length_stats.table_statements()
 
 
+def _v22(dimensions: int) -> list[str]:
+    # A webhook event is written in the transaction of the change it tells of and queued for delivery
+    # after (an outbox): a process that dies between the commit and the queueing loses no event.
+    return webhooks.outbox_statements()
+
+
 #: version -> statements (a function of the embedding dimension), run in one transaction: quick DDL
 #: only, since it locks the tables. Append; never change what a released one leaves behind.
 MIGRATIONS: dict[int, Callable[[int], Sequence[str]]] = {
     1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10, 11: _v11, 12: _v12, 13: _v13,
-    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19, 20: _v20, 21: _v21,
+    14: _v14, 15: _v15, 16: _v16, 17: _v17, 18: _v18, 19: _v19, 20: _v20, 21: _v21, 22: _v22,
 }
 
 

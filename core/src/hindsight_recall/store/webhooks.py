@@ -1,8 +1,11 @@
-"""A bank's webhooks (migration 20), and their deliveries: operations of type ``webhook_delivery``.
+"""A bank's webhooks (migration 20), their events waiting in the outbox (migration 22), and their
+deliveries: operations of type ``webhook_delivery``.
 
+An event is written to the outbox in the transaction of the change it tells of, and taken out in the
+transaction that queues its deliveries: each event is queued once, whatever process dies in between.
 A delivery row's payload is what to send and where (the event's JSON body, the URL and HTTP settings
-as they were when the event happened); the secret stays in the webhook's row and is read when the
-delivery is made, so no operation payload ever shows it.
+as they were when it was queued); the secret stays in the webhook's row and is read when the delivery
+is made, so no operation payload ever shows it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,21 @@ DELIVERY = "webhook_delivery"
 _COLUMNS = "bank_id, id, url, secret, event_types, enabled, http_config, created_at, updated_at"
 #: a webhook's fields a change may set
 FIELDS = ("url", "secret", "event_types", "enabled", "http_config")
+
+
+def outbox_statements() -> list[str]:
+    """DDL of the outbox (migration 22): rows live from a change's commit until a worker queues their
+    deliveries, so the table is usually empty; on Citus it is distributed by ``bank_id``."""
+    return [
+        """CREATE TABLE IF NOT EXISTS webhook_outbox (
+            bank_id text NOT NULL REFERENCES banks(bank_id) ON DELETE CASCADE,
+            event_id uuid NOT NULL,
+            event_type text NOT NULL,
+            body text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (bank_id, event_id))""",
+        "CREATE INDEX IF NOT EXISTS idx_webhook_outbox_created ON webhook_outbox (created_at)",
+    ]
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -86,14 +104,54 @@ async def subscribed(conn: AsyncConnection, bank_id: str, event_type: str) -> li
     return [_row(r) for r in rows]
 
 
+async def any_subscribed(conn: AsyncConnection, bank_id: str, event_type: str) -> bool:
+    """Whether an enabled webhook of the bank takes ``event_type`` (one indexed read)."""
+    return bool(await conn.scalar(text(
+        "SELECT EXISTS (SELECT 1 FROM webhooks WHERE bank_id = :bank AND enabled AND :event = ANY(event_types))"
+    ), {"bank": bank_id, "event": event_type}))
+
+
+async def record(conn: AsyncConnection, bank_id: str, events: Sequence[tuple[uuid.UUID, str, str]]) -> None:
+    """Write events, (event id, type, JSON body) each, to the outbox in the caller's transaction, in one
+    statement; an id already there stays as it was (a write tried again records its events once)."""
+    if not events:
+        return
+    await conn.execute(text(
+        "INSERT INTO webhook_outbox (bank_id, event_id, event_type, body) "
+        "SELECT :bank, e.id, e.type, e.body "
+        "FROM unnest(CAST(:ids AS uuid[]), CAST(:types AS text[]), CAST(:bodies AS text[])) AS e (id, type, body) "
+        "ON CONFLICT DO NOTHING"
+    ), {"bank": bank_id, "ids": [e[0] for e in events], "types": [e[1] for e in events],
+        "bodies": [e[2] for e in events]})
+
+
+async def waiting(conn: AsyncConnection, limit: int) -> list[tuple[str, uuid.UUID]]:
+    """Up to ``limit`` events of the outbox, (bank id, event id) each, oldest first (no lock taken)."""
+    rows = await conn.execute(text(
+        "SELECT bank_id, event_id FROM webhook_outbox ORDER BY created_at, event_id LIMIT :n"), {"n": limit})
+    return [(r[0], r[1]) for r in rows]
+
+
+async def take(conn: AsyncConnection, bank_id: str, event_ids: Sequence[uuid.UUID]) -> list[tuple[uuid.UUID, str, str]]:
+    """Remove the bank's events from the outbox and return them, (event id, type, JSON body) each, oldest
+    first: those another transaction took first are not among them (it holds or removed their rows)."""
+    rows = await conn.execute(text(
+        "DELETE FROM webhook_outbox WHERE bank_id = :bank AND event_id = ANY(CAST(:ids AS uuid[])) "
+        "RETURNING event_id, event_type, body, created_at"
+    ), {"bank": bank_id, "ids": list(event_ids)})
+    return [(r[0], r[1], r[2]) for r in sorted(rows, key=lambda r: (r[3], r[0]))]
+
+
 async def queue(conn: AsyncConnection, bank_id: str, deliveries: Sequence[tuple[uuid.UUID, str]]) -> None:
-    """Queue deliveries, (operation id, payload) each, as pending operations, in one statement."""
+    """Queue deliveries, (operation id, payload) each, as pending operations, in one statement; an id
+    already queued stays as it was."""
     if not deliveries:
         return
     await conn.execute(text(
         "INSERT INTO operations (bank_id, operation_id, operation_type, status, payload, items_count) "
         "SELECT :bank, d.id, :type, 'pending', d.payload, 1 "
-        "FROM unnest(CAST(:ids AS uuid[]), CAST(:payloads AS text[])) AS d (id, payload)"
+        "FROM unnest(CAST(:ids AS uuid[]), CAST(:payloads AS text[])) AS d (id, payload) "
+        "ON CONFLICT DO NOTHING"
     ), {"bank": bank_id, "type": DELIVERY, "ids": [d[0] for d in deliveries], "payloads": [d[1] for d in deliveries]})
 
 
