@@ -91,11 +91,14 @@ CITUS = "citus"
 #: the tests marked ``torch``: the torch backends of the embedder and the local reranker, and the ONNX
 #: graphs compared with them
 TORCH_SUITE = "torch"
-#: What tests(citus) runs on the cluster: the engine suites, and test_citus.py (routing, distribution,
-#: growth, and the compliance suite of every installed backend that declares citus_compatible).
-CITUS_SUITES = ("tests/test_citus.py", "tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
-                "tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_round_trip.py",
-                "tests/test_atomic_writes.py")
+#: The engine suites, which tests(citus) runs on the cluster (and again with pg_search as the keyword backend).
+CITUS_ENGINE_SUITES = ("tests/test_retain.py", "tests/test_recall.py", "tests/test_banks.py",
+                       "tests/test_reliability.py", "tests/test_concurrency.py", "tests/test_round_trip.py",
+                       "tests/test_atomic_writes.py")
+#: What tests(citus) runs on the cluster: the engine suites, test_citus.py (routing, distribution,
+#: growth, and the compliance suite of every installed backend that declares citus_compatible) and
+#: test_citus_faults.py (a worker killed under load, and back).
+CITUS_SUITES = ("tests/test_citus.py", "tests/test_citus_faults.py", *CITUS_ENGINE_SUITES)
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
 BUILT = ("vchord", "pg_textsearch", "pgroonga", PG_SEARCH)
 #: Why the others run only their SQL checks without a URL.
@@ -196,7 +199,7 @@ def citus(session: nox.Session, extension: str | None = None) -> None:
     session.run("pytest", *suites, "-rs", "-m", "not torch", *session.posargs, env=env)
     if extension and not url:
         session.log(f"citus: the engine suites with HINDSIGHT_API_TEXT_SEARCH_EXTENSION={extension}")
-        session.run("pytest", *CITUS_SUITES[1:], "-rs", "-m", "not torch", *session.posargs,
+        session.run("pytest", *CITUS_ENGINE_SUITES, "-rs", "-m", "not torch", *session.posargs,
                     env={**env, "HINDSIGHT_API_TEXT_SEARCH_EXTENSION": extension})
 
 

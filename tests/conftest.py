@@ -91,6 +91,17 @@ def citus_grow(request: pytest.FixtureRequest) -> Callable[[], tuple[str, int]]:
     return add_spare
 
 
+@pytest.fixture
+def citus_workers(request: pytest.FixtureRequest) -> list[Any]:
+    """The workers (:class:`~hindsight_recall.testing.pgserver.Server`, which can be killed and started
+    again) of the Citus cluster this run started; a cluster given by URL has none to kill, and the test skips."""
+    held = request.config.stash.get(_CLUSTER, None)
+    if held is None:
+        pytest.skip("needs a Citus cluster this run starts (tests(citus) without HINDSIGHT_TEST_DATABASE_URL_CITUS): "
+                    "the test kills one of its workers")
+    return list(held[1].workers)
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh embedded-server data dir per run, outside the home directory."""

@@ -211,6 +211,28 @@ async def test_list_stats_and_delete(engine: Engine, alice: str) -> None:
         await engine.delete_bank("")
 
 
+async def test_the_alias_map_and_a_lookup_agree_and_a_real_bank_wins(engine: Engine) -> None:
+    """What the service caches (every alias that routes) and what it asks per request while it has no map
+    agree: an alias names its bank, a name that is also a bank is the bank, any other name is itself.
+    On Citus both run too (the map's two statements; a lookup of a bank reads only its shard)."""
+    from hindsight_recall.store import aliases
+
+    bank, shadowed = fresh("al"), fresh("al")
+    alias = f"{bank}-alias"
+    await engine.retain(bank, [{"id": "m", "text": "Ursula keeps notes on tea."}])
+    async with engine.db.connect() as conn:
+        await aliases.create_alias(conn, bank, alias)
+        await aliases.create_alias(conn, bank, shadowed)
+    await engine.retain(shadowed, [{"id": "m", "text": "A bank named as another's alias."}])  # a real bank wins
+    async with engine.db.connect() as conn:
+        names = await aliases.alias_map(conn)
+        assert (names.get(alias), names.get(shadowed), names.get(bank)) == (bank, None, None)
+        for name, expected in ((alias, bank), (shadowed, shadowed), (bank, bank), (fresh("none"), None)):
+            assert await aliases.resolve(conn, name) == (expected or name), name
+    for b in (bank, shadowed):
+        await engine.delete_bank(b)
+
+
 async def test_each_schema_is_its_own_store(make_settings: Callable[..., Settings]) -> None:
     async with Engine(make_settings(database_schema="tenant_one")) as one, \
             Engine(make_settings(database_schema="Tenant_Two")) as two:

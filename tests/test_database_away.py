@@ -153,24 +153,24 @@ def _proxied(server: pgserver.Server, proxy: TcpProxy) -> str:
 def _kill(server: pgserver.Server, proxy: TcpProxy) -> None:
     server.kill()
     time.sleep(1.0)
-    server.resume()
+    server.start()
 
 
 def _stop_cleanly(server: pgserver.Server, proxy: TcpProxy) -> None:
     server.halt("fast")
     time.sleep(1.0)
-    server.resume()
+    server.start()
 
 
 def _stop_for_a_while(server: pgserver.Server, proxy: TcpProxy) -> None:
     server.halt("fast")
     time.sleep(10.0)  # beyond the engine's own retries: requests meanwhile answer 503
-    server.resume()
+    server.start()
 
 
 def _move(server: pgserver.Server, proxy: TcpProxy) -> None:
     server.halt("fast")
-    server.resume(port=pgserver.free_port())
+    server.start(port=pgserver.free_port())
     proxy.target_port = server.port
 
 

@@ -398,6 +398,41 @@ async def test_a_database_that_is_away_or_restarting_answers_503_not_500(engine:
     assert classify(await _real_error(engine, _raise_code("22012"))).status == 500  # the request's own fault
 
 
+def _raise(code: str, message: str) -> str:
+    return f"DO $$ BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = '{code}'; END $$"
+
+
+#: what a Citus coordinator says, with no connection SQLSTATE, when a worker it needed is gone
+CITUS_LOST_WORKER = [
+    ("XX000", "failure on connection marked as essential: 127.0.0.1:9701"),
+    ("XX000", "could not connect to any active placements"),
+    ("XX000", "could not commit transaction for shard 102008 on at least one active node"),
+    ("58030", "failed to complete COPY on 127.0.0.1:9701"),
+]
+
+
+async def test_a_lost_citus_worker_answers_503_and_is_retried_but_other_internal_errors_do_not(engine: Engine) -> None:
+    """Citus names a worker it could not reach in its own words, as an internal error (XX000) or, for a
+    COPY that broke off, an I/O error (58030): the database's fault, retried, then answered 503
+    ``database_unavailable`` with Retry-After and a hint naming the workers. Other internal and I/O
+    errors stay the server's own (500) and final."""
+    from hindsight_recall.service.errors import classify
+    from hindsight_recall.store.db import database_error
+
+    for code, message in CITUS_LOST_WORKER:
+        exc = await _real_error(engine, _raise(code, message))
+        error = classify(exc)
+        assert (error.status, error.code, error.headers) == (503, "database_unavailable", {"Retry-After": "5"}), message
+        assert is_retryable(exc), message
+        assert "Citus worker" in str(database_error("recall", exc)), message
+    for code, message in [("XX000", "cache lookup failed for relation 16384"), ("XX000", "injected"),
+                          ("XX000", "note: failure on connection marked as essential: 127.0.0.1:9701"),
+                          ("58030", "could not write to file base/5/16384: No space left on device")]:
+        exc = await _real_error(engine, _raise(code, message))
+        assert classify(exc).status == 500, message
+        assert not is_retryable(exc), message
+
+
 def test_recalls_while_the_postmaster_is_killed_answer_200_or_503(make_settings: Callable[..., Settings],
                                                                    tmp_path: Path) -> None:
     """kill -9 of the embedded server during recalls: every answer is 200 or 503 with Retry-After, and

@@ -217,3 +217,23 @@ def db_message(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip()
     return redact(text.splitlines()[0]) if text else type(orig).__name__
+
+
+#: What a Citus coordinator says when a worker it needed is gone but gives no connection SQLSTATE (08):
+#: internal errors (XX000) when the transaction's connection to the worker failed, no placement took a
+#: COPY, or a commit failed on the shard's node, and an I/O error (58030) when a COPY broke off.
+_LOST_WORKER = re.compile(
+    r"failure on connection marked as essential: \S+:\d+$|could not connect to any active placements$"
+    r"|could not commit transaction for shard \d+ on at least one active node$|failed to complete COPY on \S+:\d+$"
+)
+_LOST_WORKER_STATES = frozenset({"XX000", "58030"})
+
+
+def lost_worker(exc: BaseException) -> bool:
+    """True for a Citus coordinator's error saying that a worker it needed could not be reached (the
+    connection-class ones, 08xxx, need no such test): the database, not the request, is at fault."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) not in _LOST_WORKER_STATES:
+        return False
+    primary = getattr(getattr(orig, "diag", None), "message_primary", None) or str(orig).strip().split("\n", 1)[0]
+    return _LOST_WORKER.match(primary) is not None

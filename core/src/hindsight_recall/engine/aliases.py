@@ -14,6 +14,10 @@ import contextlib
 import logging
 from typing import Any
 
+import psycopg
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import DatabaseError, db_message
 from ..store import aliases as store
 from ..store.db import Database
 from ._part import Part
@@ -79,16 +83,23 @@ class AliasResolver:
             return await store.resolve(conn, bank_id)
 
     async def refresh(self) -> None:
-        """Reload the map now (after this process changed it: its own notification may come later)."""
-        if self.names is not None:
+        """Reload the map now (after this process changed it: its own notification may come later).
+
+        A reload that fails leaves the map as it was: the change is committed and answered, and the
+        listener reloads on its notification (on Citus the map reads every worker, and one may be away).
+        """
+        if self.names is None:
+            return
+        try:
             self.names = await self._load()
+        except (DBAPIError, psycopg.Error, DatabaseError) as exc:
+            log.warning("reloading the alias map failed (%s); it follows the change's notification", db_message(exc))
 
     async def _load(self) -> dict[str, str]:
         async with self.db.connect() as conn:
             return await store.alias_map(conn)
 
     async def _listen(self) -> None:
-        import psycopg  # late: only a serving process listens
         from sqlalchemy.engine import make_url
 
         url = make_url(self.db.url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -26,6 +26,7 @@ from ..errors import (
     RecallError,
     RecallTimeout,
     RetainError,
+    lost_worker,
     redact,
 )
 from .wire import wants_extras
@@ -106,13 +107,14 @@ def classify(exc: BaseException) -> ServiceError:
 
 
 def _unreachable(exc: BaseException, state: str | None) -> bool:
-    """A lost or refused connection (the driver gives no SQL state), or the server shutting down or starting
-    up (57P01-57P05): the database, not the request, is at fault, and a retry soon may succeed."""
+    """A lost or refused connection (the driver gives no SQL state), the server shutting down or starting
+    up (57P01-57P05), or a Citus worker the statement needed gone (08xxx, or Citus's own words for it):
+    the database, not the request, is at fault, and a retry soon may succeed."""
     import psycopg
     from sqlalchemy.exc import DBAPIError
 
     if state is not None:
-        return state.startswith(("08", "57P"))
+        return state.startswith(("08", "57P")) or lost_worker(exc)
     if isinstance(exc, DBAPIError):
         return exc.connection_invalidated or isinstance(exc.orig, psycopg.OperationalError | psycopg.InterfaceError)
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)

@@ -17,7 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ..errors import DatabaseError, PoolExhausted, db_message, redact
+from ..errors import DatabaseError, PoolExhausted, db_message, lost_worker, redact
 from ..settings import Settings
 from . import embedded
 from .citus import has_citus
@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 #: SQLSTATEs after which the same statement may succeed on a fresh connection or a new try:
 #: connection exceptions (class 08), the server shutting down or crashing (57P01-57P03), and
-#: serialization failures and deadlocks (40001, 40P01).
+#: serialization failures and deadlocks (40001, 40P01); a Citus worker lost is retryable too
+#: (:func:`~hindsight_recall.errors.lost_worker`).
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03"})
 #: The advisory-lock key that serialises schema upgrades (and schema creation) across processes; the
 #: key every release has used, so an older release starting at the same moment waits too.
@@ -36,7 +37,8 @@ MIGRATION_LOCK_POLL = 0.2
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """True for a lost connection or a serialization failure/deadlock; every other error is final.
+    """True for a lost connection (to the server, or from a Citus coordinator to a worker) or a
+    serialization failure/deadlock; every other error is final.
 
     Takes SQLAlchemy's wrapped errors and the driver's own (COPY runs on the raw connection).
     """
@@ -50,7 +52,7 @@ def is_retryable(exc: BaseException) -> bool:
         return False
     state = getattr(orig, "sqlstate", None)
     if state is not None:
-        return state.startswith("08") or state in RETRYABLE_SQLSTATES
+        return state.startswith("08") or state in RETRYABLE_SQLSTATES or lost_worker(exc)
     # No SQLSTATE: the driver itself found the connection gone (closed socket, server exited).
     return invalidated or isinstance(orig, psycopg.OperationalError | psycopg.InterfaceError)
 
@@ -70,11 +72,16 @@ _DATABASE_HINTS = {
 }
 
 
+#: what to do when a Citus worker could not be reached (its banks answer again once it runs)
+_CITUS_WORKER_HINT = ("a Citus worker holding the bank could not be reached: check that every worker runs "
+                      "(its banks answer again once it does)")
+
+
 def database_error(what: str, exc: BaseException) -> DatabaseError:
     """A :class:`DatabaseError` for a driver error that reached a public call: the server's reason
     (first line, redacted) and what to do about it."""
     state = str(getattr(getattr(exc, "orig", exc), "sqlstate", None) or "")
-    hint = _DATABASE_HINTS.get(state)
+    hint = _CITUS_WORKER_HINT if lost_worker(exc) else _DATABASE_HINTS.get(state)
     if hint is None and (is_retryable(exc) or state.startswith("57P")):
         hint = "the connection to PostgreSQL was lost and retrying did not help: check that the server runs"
     if hint is None:

@@ -13,6 +13,8 @@ install, caches the result, and starts throwaway servers on 127.0.0.1::
     with citus_cluster(workers=2) as cluster:   # a coordinator and two workers, all with Citus
         cluster.url
         cluster.add_worker()
+        cluster.workers[0].kill()               # SIGKILL, as a crash leaves it
+        cluster.workers[0].start()              # back on its port, with its data
 
 Sources come from ``shared/vendor/`` in the working directory or one of its parents (CI keeps the
 tarballs in ``../shared/vendor/`` beside the clone), else from the upstream release; either way the
@@ -678,27 +680,27 @@ class Server:
             _pg(self, "pg_ctl", "-D", self.datadir, "-m", "fast", "-w", "-t", "60", "stop", timeout=90)
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def kill(self) -> None:
-        """kill -9 the postmaster, as a crash does (its backends exit when they notice); the data stays."""
+    def kill(self, timeout: float = 30) -> None:
+        """SIGKILL the postmaster and every process of the server at once, as a lost machine would leave
+        it; :meth:`start` brings it back on the same data folder."""
         pid = int((self.datadir / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)  # pg_ctl starts the postmaster in a session (and group) of its own
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise BuildError(f"the server on port {self.port} (pid {pid}) outlived SIGKILL")
+            time.sleep(0.05)
 
     def halt(self, mode: str = "fast") -> None:
         """Stop the server and keep its data (``mode``: pg_ctl's ``fast`` or ``immediate``)."""
         _pg(self, "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "-t", "60", "stop", timeout=90)
 
-    def resume(self, port: int | None = None) -> None:
-        """Start the stopped (or killed) server again, on ``port`` or its own."""
+    def start(self, port: int | None = None) -> None:
+        """Start the server again (after :meth:`kill` or :meth:`halt`) with its data, on ``port`` or its
+        own: crash recovery runs first."""
         self.port = port or self.port
-        for attempt in range(20):  # a killed postmaster's backends hold its shared memory until they notice
-            try:
-                _pg(self, "pg_ctl", "-D", self.datadir, "-l", self.folder / "server.log", "-w", "-t", "60",
-                    "-o", f"-p {self.port}", "start", timeout=90, env={"PGPASSFILE": str(self.folder / "pgpass")})
-                return
-            except subprocess.CalledProcessError:
-                if attempt == 19:
-                    raise
-                time.sleep(0.5)
+        _pg(self, "pg_ctl", "-D", self.datadir, "-l", self.folder / "server.log", "-w", "-t", "60",
+            "-o", f"-p {self.port}", "start", timeout=90, env={"PGPASSFILE": str(self.folder / "pgpass")})
 
     def execute(self, *statements: str, database: str = "postgres") -> None:
         """Run ``statements`` in autocommit on ``database``."""
@@ -707,6 +709,14 @@ class Server:
         with psycopg.connect(self.url.rsplit("/", 1)[0] + f"/{database}", autocommit=True) as conn:
             for statement in statements:
                 conn.execute(statement.encode())
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a killed postmaster lingers as one until its parent reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _pg(server: Server, program: str, *args: str | Path, timeout: float = 120,
