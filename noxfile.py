@@ -173,7 +173,7 @@ def backend_suite(session: nox.Session, target: str) -> None:
     session.run("pytest", f"backends/{target}/tests", "-rs", *session.posargs, env=env)
 
 
-def citus(session: nox.Session, extension: str | None = None) -> None:
+def citus(session: nox.Session, extension: str | None = None, suites: tuple[str, ...] = CITUS_SUITES) -> None:
     """tests(citus): the engine suites and test_citus.py on a Citus coordinator; a missing cluster fails.
 
     With ``extension`` (pg_search), the cluster this session starts can also create it, so
@@ -183,7 +183,6 @@ def citus(session: nox.Session, extension: str | None = None) -> None:
     install(session, *TEST_DEPS)
     env = {**OFFLINE, "HINDSIGHT_TEST_CITUS": "1"}
     url = os.environ.get("HINDSIGHT_TEST_DATABASE_URL_CITUS", "").strip()
-    suites = CITUS_SUITES
     if url:
         env["HINDSIGHT_TEST_DATABASE_URL"] = url
         session.log("citus: against HINDSIGHT_TEST_DATABASE_URL_CITUS")
@@ -219,8 +218,9 @@ FAULT_TRIALS = "200"
 @nox.session(python="3.11", default=False)
 def faults(session: nox.Session) -> None:
     """kill -9 at seeded points of every write path, 200 times (HINDSIGHT_FAULT_TRIALS, _SEED), summed up;
-    then the faults below the service (the database killed, stopped, moved, cut off or stalled; a full
-    disk) with their figures, and 64 and 256 clients for 2 minutes each (HINDSIGHT_LOAD_SECONDS)."""
+    then a Citus worker killed under load; then the faults below the service (the database killed,
+    stopped, moved, cut off or stalled; a full disk) with their figures, and 64 and 256 clients for
+    2 minutes each (HINDSIGHT_LOAD_SECONDS)."""
     import collections
     import json
 
@@ -244,6 +244,7 @@ def faults(session: nox.Session) -> None:
                 session.log(f"{path:16} {acked:12} {outcome:5} {n}")
             half = sum(n for (_, _, outcome), n in counts.items() if outcome == "half")
             session.log(f"{len(trials)} trials, {half} half-written")
+    citus(session, suites=("tests/test_citus_faults.py",))
     env = {**OFFLINE, "HINDSIGHT_AWAY_REPORT": away,
            "HINDSIGHT_LOAD_SECONDS": os.environ.get("HINDSIGHT_LOAD_SECONDS", "120")}
     try:
