@@ -41,6 +41,7 @@ from .directives import Directives
 from .documents import Documents
 from .entities import Entities
 from .graph import Graph
+from .logouts import Logouts
 from .memories import Memories
 from .observations import Observations
 from .operations import Operations
@@ -113,6 +114,7 @@ class Engine:
         self.observations = Observations(self.db)
         self.aliases = Aliases(self.db)
         self.audit = Audit(self.db)
+        self.logouts = Logouts(self.db)
         self.operations = Operations(self.db)
         self.browse = Browse(self.db)
         self.diagnostics = Diagnostics(self.db)
