@@ -24,6 +24,7 @@ from .archive_reader import Contents, Limits, read_archive
 from .errors import BankNotFound, InvalidRequest
 from .retain._transaction import Transaction
 from .retain.ingest import Ingestor
+from .scratch import work_folder
 from .settings import BankSettings, Settings
 from .store import banks, invalidated
 from .store import transfer as store
@@ -257,8 +258,8 @@ async def clone(ingestor: Ingestor, bank_id: str, target: str, *, data: bool = T
     target = banks.validate_bank_id(target)
     if target == bank_id:
         raise BankExists(target, "a clone creates a new bank")
-    with tempfile.TemporaryDirectory(prefix="hindsight-clone-") as work:
-        path = Path(work) / "clone.zip"
+    with work_folder("clone") as work:
+        path = work / "clone.zip"
         with path.open("wb") as out:
             await write_bank(ingestor, bank_id, out, bank_config=True, data=data)
         try:
