@@ -103,7 +103,8 @@ async def restore(
 ) -> tuple[uuid.UUID, dict[str, Any]]:
     """Restore a whole-bank archive into the new bank ``target`` (default: the archive's source bank).
 
-    :param record_on: the bank the transfer is recorded against (the target when that one is gone).
+    :param record_on: a bank the transfer is recorded against besides the target (the bank the request
+        named), when it exists: its operation reads the same under both.
     :param data: write the memories, links and invalidated memories; :param config: the profile and settings.
     :raises BankExists: the target exists (a restore writes a fresh bank; it is not a merge).
     """
@@ -123,9 +124,10 @@ async def restore(
             counts = {"documents": 0, "facts": 0, "observations": 0, "links": 0, "invalidated": 0}
             if data:
                 counts = await _write_contents(tx, contents, target)
-            on = record_on if await banks.bank_config(tx.conn, record_on) is not None else target
             result = {"target_bank_id": target, **counts}
-            operation = await store.record(tx.conn, on, kind, "completed", result)
+            operation = await store.record(tx.conn, target, kind, "completed", result)
+            if record_on != target and await banks.bank_config(tx.conn, record_on) is not None:
+                await store.record(tx.conn, record_on, kind, "completed", result, transfer_id=operation)
     return operation, result
 
 
