@@ -3,6 +3,7 @@ and field, the size, entry count and nesting capped, and a refused import change
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -315,3 +316,90 @@ def test_health_answers_at_once_while_archives_are_refused_or_imported(tmp_path:
     refusals = phases[0][2] - phases[0][1]
     print(f"a 1 GB-expanding archive refused in {refusals / 8:.2f} s on average")
     assert refusals / 8 < 5 and p99(every) < 0.1
+
+
+def test_a_killed_imports_files_are_removed_at_the_next_start(tmp_path: Path) -> None:
+    """``serve`` killed (SIGKILL) while it reads an uploaded archive leaves the upload and the reader's
+    records in the temporary folder; the next start removes them."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+    from hindsight_recall.store import embedded
+    from hindsight_recall.testing.service import ServeProcess
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    data_dir = tmp_path / "pg" / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HINDSIGHT_API_")}
+    env.update({"HINDSIGHT_API_EMBEDDED_DATA_DIR": str(data_dir), "HINDSIGHT_API_RERANKER_PROVIDER": "rrf",
+                "TMPDIR": str(temporary)})
+    if os.environ.get("HINDSIGHT_TEST_DATABASE_URL"):
+        env["HINDSIGHT_API_DATABASE_URL"] = os.environ["HINDSIGHT_TEST_DATABASE_URL"]
+    heavy = _bomb(tmp_path / "heavy.zip", 1, 250 << 20)  # its reader takes seconds
+    killed = ServeProcess(env, (tmp_path / "killed.log").open("w")).start()
+
+    def upload() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{killed.url}/v1/default/banks/host/transfer/import", params={"target_bank_id": "heavy"},
+                       files={"file": heavy.open("rb")}, headers=EXTRAS, timeout=120)
+
+    def files() -> list[Path]:
+        return sorted(p for p in temporary.rglob("*") if p.is_file())
+
+    sender = threading.Thread(target=upload)
+    sender.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.name == "records" for p in files()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the upload is saved and its reader has started
+        reader = psutil.Process(killed.process.pid).children(recursive=True)
+        killed.stop(signal.SIGKILL)
+        for child in reader:  # the reader would write on in its folder until it ends
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        sender.join(timeout=60)
+        left = [p for p in files() if p.name in ("archive.zip", "records")]  # (the model's caches are here too)
+        assert sorted(p.name for p in left) == ["archive.zip", "records"], left
+        ServeProcess(env, (tmp_path / "next.log").open("w")).start().stop()
+        assert not [p for p in left if p.parent.exists()]
+        assert not [p for p in files() if p.name in ("archive.zip", "records")]
+    finally:
+        killed.stop(signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            embedded.stop_server(data_dir)
+
+
+_HOLD = """
+import sys
+from hindsight_recall.scratch import work_folder
+with work_folder("upload") as folder:
+    print(folder, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_only_the_work_folders_of_gone_processes_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    from hindsight_recall import scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    holders = [subprocess.Popen([sys.executable, "-c", _HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, env=env) for _ in range(2)]
+    live, dead = (Path(h.stdout.readline().strip()) for h in holders)  # type: ignore[union-attr]
+    holders[1].kill()
+    holders[1].wait()
+    (tmp_path / scratch.place().name / "not-a-work-folder").mkdir()
+    with scratch.work_folder("clone") as mine:
+        assert live.parent == dead.parent == mine.parent == scratch.place()
+        assert scratch.sweep() == 1
+        assert not dead.exists() and live.is_dir() and mine.is_dir()
+        assert (scratch.place() / "not-a-work-folder").is_dir()
+    assert not mine.exists()
+    holders[0].communicate("")
+    assert not live.exists()

@@ -145,6 +145,33 @@ async def test_retain_recall_and_bank_calls_each_run_on_one_shard(citus_engine: 
         assert not await conn.scalar(text("SELECT count(*) FROM length_stats WHERE bank_id = :b"), {"b": bank})
 
 
+async def test_a_banks_documents_are_read_on_its_shard(citus_engine: Engine) -> None:
+    """A document's details (its text from its chunks or memories, tags, counts, first memory) and the
+    list of documents: each read runs on the bank's shard, with the answer a single server gives."""
+    engine, bank = citus_engine, f"docs-{uuid.uuid4().hex[:10]}"
+    await engine.retain(bank, ALICE)
+    await engine.retain(bank, [*MORE, {"id": "note", "text": "Bob keeps a garden.", "document_id": "notes",
+                                       "tags": ["home"], "context": "a note", "metadata": {"src": "app"}}])
+    diary, _ = await check_routed(engine, bank, engine.documents.get(bank, "diary"), "a document with chunks")
+    assert diary is not None and diary["original_text"] == "January: promotion."
+    assert diary["memory_unit_count"] == 2 and diary["tags"] == ["work"]
+    assert diary["nodes_by_fact_type"] == {"world": 2, "experience": 0, "observation": 2}
+    notes, _ = await check_routed(engine, bank, engine.documents.get(bank, "notes"), "a document without chunks")
+    assert notes is not None and notes["original_text"] == "Bob keeps a garden." and notes["tags"] == ["home"]
+    assert notes["retain_params"]["context"] == "a note" and notes["document_metadata"] == {"src": "app"}
+    page, _ = await check_routed(engine, bank, engine.documents.page(
+        bank, search="garden", tags=None, tags_match="any", time_field="created_at", start=None, end=None,
+        limit=10, offset=0), "the list of documents")
+    assert [d["id"] for d in page["items"]] == ["notes"] and page["items"][0]["matched_fields"] == ["original_text"]
+    tagged, _ = await check_routed(engine, bank, engine.documents.page(
+        bank, search=None, tags=["work"], tags_match="all", time_field="created_at", start=None, end=None,
+        limit=10, offset=0), "the list of documents by tag")
+    assert [d["id"] for d in tagged["items"]] == ["diary"]
+    changed, _ = await check_routed(engine, bank, engine.documents.set_tags(bank, "notes", ["garden"]),
+                                    "a document's tags")
+    assert changed and (await engine.documents.get(bank, "notes") or {})["tags"] == ["garden"]
+
+
 #: the most commands a retain of one memory into an existing bank may send to the workers (BEGIN and the
 #: commit included); it sends 9: the bank's row, the memory, its term counts, entities, entity pairs,
 #: the read its links need, the links

@@ -472,6 +472,29 @@ def test_the_key_is_asked_for_and_kept_in_a_strict_cookie(keyed: Any) -> None:
     assert httpx.get(f"{keyed.url}/ui/static/console.css").status_code == 200
 
 
+def test_logging_out_ends_the_login_in_every_process(keyed: Any, make_settings: Callable[..., Settings]) -> None:
+    """After "Log out" the old cookie opens no page, here or in another process serving the key."""
+    with httpx.Client(base_url=keyed.url) as c:
+        token = _form_token(c.get("/ui/login").text)
+        c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "/ui/"}, follow_redirects=False)
+        login = c.cookies["hindsight_console_login"]
+        c.post("/ui/login", data={"key": KEY, "csrf": token, "next": "/ui/"}, follow_redirects=False)
+        other = c.cookies["hindsight_console_login"]  # a second login of the same browser
+        assert login != other
+        logout = c.post("/ui/logout", data={"csrf": _form_token(c.get("/ui/").text)}, follow_redirects=False)
+        assert logout.status_code == 303
+    with httpx.Client(base_url=keyed.url, cookies={"hindsight_console_login": other}) as c:
+        refused = c.get("/ui/?q=x", follow_redirects=False)
+        assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login?next=")
+        assert c.post("/ui/logout", follow_redirects=False).status_code == 303  # to the login form, as anyone
+    with httpx.Client(base_url=keyed.url, cookies={"hindsight_console_login": login}) as c:
+        assert c.get("/ui/", follow_redirects=False).status_code == 200  # the first login was not ended
+    with (ServerThread(make_settings(service_api_key=KEY)) as second,
+          httpx.Client(base_url=second.url, cookies={"hindsight_console_login": other}) as c):
+        assert c.get("/ui/", follow_redirects=False).status_code == 303
+    assert httpx.get(f"{keyed.url}/ui/", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
 def test_a_login_expires_and_a_new_key_ends_every_login() -> None:
     from hindsight_recall.service.console.auth import Logins
 

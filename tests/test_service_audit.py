@@ -3,6 +3,8 @@ upstream's filters, its stats and one entry whole; kept after the bank is delete
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -10,11 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+from hindsight_recall import Engine
+from hindsight_recall.errors import ConfigError
 from hindsight_recall.service.audit import ACTIONS
 from hindsight_recall.service.routes import api_routes
 from hindsight_recall.service.unserved import UNSERVED
 from hindsight_recall.service.wire import EXTRAS
-from hindsight_recall.settings import Settings
+from hindsight_recall.settings import Settings, load_settings
 from hindsight_recall.testing.service import ServerThread
 
 #: reads sent as POST (and the model's probe): not recorded
@@ -116,3 +120,57 @@ def test_switched_off_nothing_is_recorded(make_settings: Callable[..., Settings]
         http.put(b, json={})
         assert entries(http, b) == []
         assert http.get("/version").json()["features"]["audit_log"] is False
+
+
+def _entry(bank_id: str, action: str, days_ago: float) -> dict[str, Any]:
+    at = datetime.now(UTC) - timedelta(days=days_ago)
+    return {"bank_id": bank_id, "action": action, "transport": "http", "started_at": at, "ended_at": at,
+            "request": None, "response": None, "metadata": {}}
+
+
+async def _actions(engine: Engine, bank_id: str) -> list[str]:
+    found, _ = await engine.audit.page(bank_id, action=None, transport=None, start=None, end=None, limit=50,
+                                       offset=0)
+    return [e["action"] for e in found]
+
+
+async def test_entries_older_than_the_retention_are_pruned(engine: Engine, bank: str) -> None:
+    for action, days in (("retain", 45), ("create_bank", 31), ("delete_document", 29), ("update_bank", 0)):
+        await engine.audit.record(_entry(bank, action, days))
+    assert await engine.audit.prune() == 0  # AUDIT_LOG_RETENTION_DAYS=-1 (the default) keeps every entry
+    assert len(await _actions(engine, bank)) == 4
+    assert await engine.audit.prune(days=30) >= 2
+    assert await _actions(engine, bank) == ["update_bank", "delete_document"]
+    with pytest.raises(ValueError, match="at least 1"):
+        await engine.audit.prune(days=0)
+
+
+async def test_the_service_prunes_the_log_in_the_background(engine: Engine, bank: str,
+                                                            make_settings: Callable[..., Settings]) -> None:
+    await engine.audit.record(_entry(bank, "retain", 8))
+    await engine.audit.record(_entry(bank, "create_bank", 6))
+    with ServerThread(make_settings(audit_log_retention_days=7)):
+        deadline = time.monotonic() + 30
+        while await _actions(engine, bank) != ["create_bank"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    assert await _actions(engine, bank) == ["create_bank"]
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "soon", "1.5"])
+def test_the_retention_is_a_number_of_days_or_minus_one(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    assert load_settings().audit_log_retention_days == -1
+    monkeypatch.setenv("HINDSIGHT_API_AUDIT_LOG_RETENTION_DAYS", "90")
+    assert load_settings().audit_log_retention_days == 90
+    monkeypatch.setenv("HINDSIGHT_API_AUDIT_LOG_RETENTION_DAYS", raw)
+    with pytest.raises(ConfigError, match="HINDSIGHT_API_AUDIT_LOG_RETENTION_DAYS"):
+        load_settings()
+
+
+async def test_a_server_without_workers_prunes_the_log_too(engine: Engine, bank: str,
+                                                          make_settings: Callable[..., Settings]) -> None:
+    await engine.audit.record(_entry(bank, "retain", 3))
+    with ServerThread(make_settings(audit_log_retention_days=2, service_operation_workers=0)):
+        deadline = time.monotonic() + 30
+        while await _actions(engine, bank) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    assert await _actions(engine, bank) == []

@@ -449,6 +449,21 @@ def test_temporal_links_in_an_archive_are_not_stored(http: httpx.Client) -> None
     assert not any(kind == "temporal" for _, _, kind, _ in _links_http(http, target))
 
 
+def test_an_import_and_a_clone_are_read_under_their_target_bank_too(http: httpx.Client) -> None:
+    source = new_bank(http)
+    archive = export(http, source)
+    imported = operation(http, http.post(f"/v1/default/banks/{source}/transfer/import",
+                                         params={"target_bank_id": f"{source}-i"}, files={"file": ("a.zip", archive)}))
+    cloned = operation(http, http.post(f"/v1/default/banks/{source}/clone", params={"target_bank_id": f"{source}-k"}))
+    for op, kind, target in ((imported, "bank_import", f"{source}-i"), (cloned, "bank_clone", f"{source}-k")):
+        for bank in (target, source):
+            got = http.get(f"/v1/default/banks/{bank}/operations/{op}").json()
+            assert got["status"] == "completed" and got["operation_type"] == kind, (bank, got)
+            assert got["result_metadata"]["target_bank_id"] == target and got["result_metadata"]["facts"] == 3
+        listed = http.get(f"/v1/default/banks/{target}/operations").json()["operations"]
+        assert [(o["id"], o["operation_type"]) for o in listed] == [(op, kind)]
+
+
 def test_transfer_operations_are_listed_and_read_as_upstreams_client_reads_them(http: httpx.Client,
                                                                                client: Any) -> None:
     source = new_bank(http)

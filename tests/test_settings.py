@@ -127,6 +127,7 @@ DEFAULTS = {
     "webhook_allowed_hosts": "",
     "webhook_retry_delays": (5.0, 300.0, 1800.0, 7200.0, 18000.0),
     "audit_log_enabled": True,
+    "audit_log_retention_days": -1,
 }
 
 

@@ -16,12 +16,13 @@ settings. Embeddings never travel: a restore embeds again with the target's mode
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zipfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from .errors import InvalidRequest
 
@@ -56,25 +57,34 @@ class _Document:
     id: str
     #: chunk index -> text, as stored (a document's text is its chunks in this order)
     chunks: dict[int, str] = field(default_factory=dict)
-    facts: list[dict[str, Any]] = field(default_factory=list)
+    #: each fact's JSON, encoded as it is read (strings keep the garbage collector's work small)
+    facts: list[str] = field(default_factory=list)
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
     def add(self, row: Any) -> None:
         if row.chunk_index is not None and row.chunk_text is not None:
             self.chunks.setdefault(row.chunk_index, row.chunk_text)
-        self.facts.append(_fact(row))
+        self.facts.append(json.dumps(_fact(row), ensure_ascii=False))
         stamps = (row.document_created_at, row.document_updated_at) if row.document_id is not None else (None, None)
         self.created_at = stamps[0] or _earliest(self.created_at, row.created_at)
         self.updated_at = stamps[1]
 
     def as_json(self) -> bytes:
-        return json.dumps({
+        """The document's entry: the same bytes as encoding it whole, its facts encoded one at a time (no
+        single call holds the interpreter for long)."""
+        head = json.dumps({
             "id": self.id, "original_text": None, "retain_params": None, "tags": [],
             "created_at": _iso(self.created_at),
             "chunks": [{"chunk_index": i, "chunk_text": t} for i, t in sorted(self.chunks.items())],
-            "facts": self.facts, OURS: {"updated_at": _iso(self.updated_at)},
-        }, ensure_ascii=False).encode()
+        }, ensure_ascii=False)
+        tail = json.dumps({OURS: {"updated_at": _iso(self.updated_at)}}, ensure_ascii=False)
+        return f'{head[:-1]}, "facts": {_list(self.facts)}, {tail[1:]}'.encode()
+
+
+def _list(encoded: list[str]) -> str:
+    """A JSON array of items already encoded (as ``json.dumps`` writes it whole)."""
+    return "[" + ", ".join(encoded) + "]"
 
 
 def _earliest(current: datetime | None, other: datetime | None) -> datetime | None:
@@ -97,56 +107,108 @@ async def write_archive(
 ) -> ExportCounts:
     """Write the archive of ``rows`` (see :func:`~.store.transfer.memory_rows`) into ``out``.
 
-    Only one document is held at a time; observations are held until the documents are written
-    (upstream's layout puts them in one entry after the documents).
+    The rows are read here and written in a worker thread, :data:`BATCH_ROWS` at a time, so that
+    encoding and compressing a large bank leaves the event loop free. Only one document is held at a
+    time; observations are held until the documents are written (upstream's layout puts them in one
+    entry after the documents).
 
     :param wanted: only these documents (a document subset carries no observations, links or settings).
     :param invalidated: the bank's invalidated memories (see :func:`~.store.transfer.invalidated_rows`).
     """
-    counts = ExportCounts()
-    observations: list[dict[str, Any]] = []
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        current: _Document | None = None
+    writer = _Writer(out, wanted)
+    async for batch in _batches(rows):
+        await asyncio.to_thread(writer.rows, batch)
+    await asyncio.to_thread(writer.documents_done)
+    if wanted is None:
+        for entry, lines, line in ((LINKS_ENTRY, links, _link), (INVALIDATED_ENTRY, invalidated, _invalidated)):
+            if lines is None:
+                continue
+            await asyncio.to_thread(writer.open_lines, entry)
+            async for batch in _batches(lines):
+                await asyncio.to_thread(writer.lines, batch, line)
+            await asyncio.to_thread(writer.close_lines)
+    await asyncio.to_thread(writer.finish, bank_id, bank_row, archive_type)
+    return writer.counts
 
-        def flush() -> None:
-            nonlocal current
-            if current is not None and current.facts:
-                zf.writestr(f"documents/{counts.documents:06d}.json", current.as_json())
-                counts.documents += 1
-                counts.facts += len(current.facts)
-            current = None
 
-        async for row in rows:
+#: rows handed to the writing thread at a time
+BATCH_ROWS = 1000
+
+
+async def _batches(rows: AsyncIterator[Any]) -> AsyncIterator[list[Any]]:
+    batch: list[Any] = []
+    async for row in rows:
+        batch.append(row)
+        if len(batch) >= BATCH_ROWS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _Writer:
+    """The archive's entries, written from batches of rows; used by one thread at a time, in order."""
+
+    def __init__(self, out: IO[bytes], wanted: set[str] | None) -> None:
+        self.zf = zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED)
+        self.wanted = wanted
+        self.counts = ExportCounts()
+        self.observations: list[str] = []
+        self.current: _Document | None = None
+        #: the entry of JSON lines open for writing
+        self.entry, self.handle = "", cast(IO[bytes] | None, None)
+
+    def rows(self, batch: list[Any]) -> None:
+        for row in batch:
             if row.fact_type == "observation" and row.document_id is None:
-                if wanted is None:
-                    observations.append(_observation(row))
+                if self.wanted is None:
+                    self.observations.append(json.dumps(_observation(row), ensure_ascii=False))
                 continue
             doc_id = row.document_id if row.document_id is not None else NO_DOCUMENT
-            if wanted is not None and doc_id not in wanted:
+            if self.wanted is not None and doc_id not in self.wanted:
                 continue
-            if current is None or current.id != doc_id:
-                flush()
-                current = _Document(doc_id)
-            current.add(row)
-        flush()
-        counts.observations = len(observations)
-        if wanted is None:
-            zf.writestr("observations.json", json.dumps(observations, ensure_ascii=False).encode())
-            if links is not None:
-                with zf.open(LINKS_ENTRY, "w") as handle:
-                    async for link in links:
-                        handle.write(json.dumps({"from": link.source, "to": link.target, "type": link.link_type,
-                                                 "weight": link.weight}, ensure_ascii=False).encode() + b"\n")
-                        counts.links += 1
-            if invalidated is not None:
-                with zf.open(INVALIDATED_ENTRY, "w") as handle:
-                    async for record in invalidated:
-                        handle.write(json.dumps({"memory": record.memory, "reason": record.reason,
-                                                 "invalidated_at": _iso(record.invalidated_at)},
-                                                ensure_ascii=False).encode() + b"\n")
-                        counts.invalidated += 1
-            if bank_row is not None:
-                zf.writestr("banks.json", json.dumps([bank_row], ensure_ascii=False, default=str).encode())
+            if self.current is None or self.current.id != doc_id:
+                self._flush()
+                self.current = _Document(doc_id)
+            self.current.add(row)
+
+    def _flush(self) -> None:
+        current, self.current = self.current, None
+        if current is not None and current.facts:
+            self.zf.writestr(f"documents/{self.counts.documents:06d}.json", current.as_json())
+            self.counts.documents += 1
+            self.counts.facts += len(current.facts)
+
+    def documents_done(self) -> None:
+        """The last document, then (for a whole bank) the observations."""
+        self._flush()
+        self.counts.observations = len(self.observations)
+        if self.wanted is None:
+            self.zf.writestr("observations.json", _list(self.observations).encode())
+
+    def open_lines(self, entry: str) -> None:
+        self.entry, self.handle = entry, self.zf.open(entry, "w")
+
+    def lines(self, batch: list[Any], line: Callable[[Any], dict[str, Any]]) -> None:
+        """Rows written into the open entry, a JSON line each (``line`` makes a row's object)."""
+        assert self.handle is not None
+        for row in batch:
+            self.handle.write(json.dumps(line(row), ensure_ascii=False).encode() + b"\n")
+        if self.entry == LINKS_ENTRY:
+            self.counts.links += len(batch)
+        else:
+            self.counts.invalidated += len(batch)
+
+    def close_lines(self) -> None:
+        assert self.handle is not None
+        self.handle.close()
+        self.handle = None
+
+    def finish(self, bank_id: str, bank_row: dict[str, Any] | None, archive_type: str) -> None:
+        """The bank's settings and the manifest; the archive is complete."""
+        counts = self.counts
+        if self.wanted is None and bank_row is not None:
+            self.zf.writestr("banks.json", json.dumps([bank_row], ensure_ascii=False, default=str).encode())
         manifest = {
             "schema_version": SCHEMA_VERSION, "source_bank_id": bank_id, "exported_at": _iso(datetime.now(UTC)),
             "document_count": counts.documents, "fact_count": counts.facts,
@@ -157,8 +219,16 @@ async def write_archive(
             "attachment_count": 0, "operation_count": 0, "invalidated_memory_count": counts.invalidated,
             "bank_rows_json_encoding": "decoded" if archive_type == "bank" else None,
         }
-        zf.writestr("manifest.json", json.dumps(manifest, indent=2).encode())
-    return counts
+        self.zf.writestr("manifest.json", json.dumps(manifest, indent=2).encode())
+        self.zf.close()
+
+
+def _link(row: Any) -> dict[str, Any]:
+    return {"from": row.source, "to": row.target, "type": row.link_type, "weight": row.weight}
+
+
+def _invalidated(row: Any) -> dict[str, Any]:
+    return {"memory": row.memory, "reason": row.reason, "invalidated_at": _iso(row.invalidated_at)}
 
 
 def _observation(row: Any) -> dict[str, Any]:

@@ -17,7 +17,6 @@ import contextlib
 import json
 import pickle
 import sys
-import tempfile
 import zipfile
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -30,6 +29,7 @@ from ._archive_fields import Refused, depth_checked, read_date, read_document, r
 from .archive import INVALIDATED_ENTRY, LINKS_ENTRY, OURS, SCHEMA_VERSION, invalid
 from .errors import RetainError
 from .jsonl import parse_memory
+from .scratch import work_folder
 from .types import Memory
 
 #: memories per record: what the server unpickles at once stays a few milliseconds of work
@@ -102,8 +102,8 @@ async def read_archive(source: Path, limits: Limits, *, merge: bool) -> AsyncIte
     :param merge: read it for a merge (documents only; their sources and our links are not used).
     :raises InvalidRequest: (400) the archive breaks a limit or holds a malformed entry, named.
     """
-    with tempfile.TemporaryDirectory(prefix="hindsight-archive-") as work:
-        out = Path(work) / "records"
+    with work_folder("archive") as work:
+        out = work / "records"
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "hindsight_recall.archive_reader", str(source), str(out),
             json.dumps({**asdict(limits), "merge": merge}),

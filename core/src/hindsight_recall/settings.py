@@ -258,6 +258,9 @@ class Settings(BaseSettings, BankSettings):
     webhook_allowed_hosts: str = ""
     #: record every write (who, what, when) in the bank's audit log
     audit_log_enabled: bool = True
+    #: days an entry of the audit log is kept (upstream's name); older ones are pruned in the background.
+    #: -1 keeps every entry
+    audit_log_retention_days: int = -1
     #: the browser console at ``/ui`` (same address and API key as the API); false answers 404 there
     console_enabled: bool = True
     #: seconds a console login lasts (its cookie holds a signed token, never the key)
@@ -285,6 +288,13 @@ class Settings(BaseSettings, BankSettings):
     @classmethod
     def _server_settings(cls, value: str) -> str:
         parse_server_settings(value)
+        return value
+
+    @field_validator("audit_log_retention_days")
+    @classmethod
+    def _retention_days(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise ValueError("must be a number of days, at least 1, or -1 to keep every entry")
         return value
 
     @field_validator("recency_decay_function")

@@ -24,6 +24,7 @@ from .archive_reader import Contents, Limits, read_archive
 from .errors import BankNotFound, InvalidRequest
 from .retain._transaction import Transaction
 from .retain.ingest import Ingestor
+from .scratch import work_folder
 from .settings import BankSettings, Settings
 from .store import banks, invalidated
 from .store import transfer as store
@@ -102,7 +103,8 @@ async def restore(
 ) -> tuple[uuid.UUID, dict[str, Any]]:
     """Restore a whole-bank archive into the new bank ``target`` (default: the archive's source bank).
 
-    :param record_on: the bank the transfer is recorded against (the target when that one is gone).
+    :param record_on: a bank the transfer is recorded against besides the target (the bank the request
+        named), when it exists: its operation reads the same under both.
     :param data: write the memories, links and invalidated memories; :param config: the profile and settings.
     :raises BankExists: the target exists (a restore writes a fresh bank; it is not a merge).
     """
@@ -122,9 +124,10 @@ async def restore(
             counts = {"documents": 0, "facts": 0, "observations": 0, "links": 0, "invalidated": 0}
             if data:
                 counts = await _write_contents(tx, contents, target)
-            on = record_on if await banks.bank_config(tx.conn, record_on) is not None else target
             result = {"target_bank_id": target, **counts}
-            operation = await store.record(tx.conn, on, kind, "completed", result)
+            operation = await store.record(tx.conn, target, kind, "completed", result)
+            if record_on != target and await banks.bank_config(tx.conn, record_on) is not None:
+                await store.record(tx.conn, record_on, kind, "completed", result, transfer_id=operation)
     return operation, result
 
 
@@ -257,8 +260,8 @@ async def clone(ingestor: Ingestor, bank_id: str, target: str, *, data: bool = T
     target = banks.validate_bank_id(target)
     if target == bank_id:
         raise BankExists(target, "a clone creates a new bank")
-    with tempfile.TemporaryDirectory(prefix="hindsight-clone-") as work:
-        path = Path(work) / "clone.zip"
+    with work_folder("clone") as work:
+        path = work / "clone.zip"
         with path.open("wb") as out:
             await write_bank(ingestor, bank_id, out, bank_config=True, data=data)
         try:

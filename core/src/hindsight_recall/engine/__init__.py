@@ -23,6 +23,7 @@ from ..recall.request import build_request
 from ..recall.rerank import RerankStage
 from ..retain import edit as edits
 from ..retain.ingest import Ingestor, RetainStats
+from ..scratch import sweep
 from ..settings import Settings, load_settings
 from ..store import ann, listing, memory_edit, token_counts
 from ..store import banks as bank_rows  # named apart from the part of that name (.banks)
@@ -41,6 +42,7 @@ from .directives import Directives
 from .documents import Documents
 from .entities import Entities
 from .graph import Graph
+from .logouts import Logouts
 from .memories import Memories
 from .observations import Observations
 from .operations import Operations
@@ -113,6 +115,7 @@ class Engine:
         self.observations = Observations(self.db)
         self.aliases = Aliases(self.db)
         self.audit = Audit(self.db)
+        self.logouts = Logouts(self.db)
         self.operations = Operations(self.db)
         self.browse = Browse(self.db)
         self.diagnostics = Diagnostics(self.db)
@@ -127,7 +130,9 @@ class Engine:
         return cls(config)  # type: ignore[no-any-return]
 
     async def open(self) -> Engine:
-        """Start the database (embedded by default), apply migrations and check the embedding size."""
+        """Start the database (embedded by default), apply migrations and check the embedding size; remove
+        the work folders of imports and clones whose process was killed (:func:`~hindsight_recall.scratch.sweep`)."""
+        await asyncio.to_thread(sweep)
         # the model loads while the database opens: each takes a few hundred ms in a new process
         model = asyncio.ensure_future(asyncio.to_thread(self.embedder.dimensions))
         try:

@@ -1,10 +1,11 @@
-"""A bank's audit log: every write recorded (who, what, when; kept after the bank is deleted), and read."""
+"""A bank's audit log: every write recorded (who, what, when; kept after the bank is deleted), read, and
+pruned after AUDIT_LOG_RETENTION_DAYS."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..store import audit as store
@@ -15,7 +16,7 @@ PERIODS = store.PERIODS
 
 
 class Audit(Part):
-    """Record entries and read a bank's log."""
+    """Record entries, read a bank's log, and prune old entries."""
 
     async def record(self, entry: Mapping[str, Any]) -> None:
         """Store one entry, in a transaction of its own."""
@@ -42,3 +43,17 @@ class Audit(Part):
         """One entry with its request and response bodies, or ``None``."""
         async with self._db.connect() as conn:
             return await store.get(conn, bank_id, log_id)
+
+    async def prune(self, days: int | None = None) -> int:
+        """Remove the entries of every bank older than ``days`` (default AUDIT_LOG_RETENTION_DAYS, where -1
+        keeps every entry); how many went.
+
+        :raises ValueError: ``days`` is neither -1 nor at least 1.
+        """
+        days = self._db.settings.audit_log_retention_days if days is None else days
+        if days != -1 and days < 1:
+            raise ValueError(f"days: must be at least 1, or -1 to keep every entry; got {days}")
+        if days == -1:
+            return 0
+        async with self._transaction("prune the audit log") as conn:
+            return await store.prune(conn, datetime.now(UTC) - timedelta(days=days))

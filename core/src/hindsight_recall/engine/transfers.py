@@ -63,7 +63,7 @@ class Transfers(Part):
         transaction; returns the transfer's id and result. See :func:`~hindsight_recall.transfer.restore`.
 
         :param archive: the archive's path.
-        :param record_on: the bank the transfer is recorded against (the target if that one is gone).
+        :param record_on: a bank the transfer is recorded against besides the target (when it exists).
         :param target: the new bank (default: the archive's source bank).
         :param data: restore the memories; :param config: restore the profile and settings.
         """

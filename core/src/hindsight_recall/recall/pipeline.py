@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -294,9 +294,10 @@ async def _calibration(engine: RecallServices) -> Calibration | None:
         return None
 
 
-def warm_date_parser() -> None:
-    """Load the date finder's language data ahead of the first temporal query (about a second)."""
-    _date_worker().submit(warm_finder)
+def warm_date_parser() -> Future[None]:
+    """Load the date finder's language data ahead of the first temporal query (about a second); the
+    future is done once it is loaded."""
+    return _date_worker().submit(warm_finder)
 
 
 @functools.cache

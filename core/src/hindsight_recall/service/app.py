@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -41,7 +43,10 @@ log = logging.getLogger("hindsight_recall.service")
 UPSTREAM_API_VERSION = "1.1.0"
 
 
+@functools.cache
 def _version() -> str:
+    # read once: each look-up reads the installed packages' metadata files, and every file call lets
+    # a busy worker thread hold the interpreter again, so a probe answered while one works was slow
     try:
         return version("hindsight-recall")
     except PackageNotFoundError:  # pragma: no cover - a source checkout without metadata
@@ -180,5 +185,9 @@ async def _load(engine: Engine, state: ServiceState) -> None:
     if engine.settings.enable_temporal_retrieval:
         from ..recall.pipeline import warm_date_parser
 
-        warm_date_parser()
+        await asyncio.wrap_future(warm_date_parser())
+    # What start-up loaded (modules, the model's tokenizer, the date finder's data) lives as long as the
+    # process: left out of the collector's full passes, which a request making many objects triggers, a
+    # pass takes a fraction of the time, and holds every thread, the event loop's too, that much less.
+    gc.freeze()
 

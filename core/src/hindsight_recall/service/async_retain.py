@@ -4,7 +4,8 @@ A queued retain runs in chunks of whole documents, about SERVICE_OPERATION_CHUNK
 each chunk one transaction that records its progress too. Running it again (after a crash, a shutdown
 or a retry) writes the same memories: documents without an id get ids derived from the operation, and
 what the first run found of the documents it appends to is kept in the operation's plan, so a resumed
-run neither duplicates nor loses anything. A size limit keeps synchronous retains short (SERVICE_MAX_SYNC_RETAIN_ITEMS).
+run neither duplicates nor loses anything. The request is checked whole before it is queued
+(:mod:`.retain_body`), and a size limit keeps synchronous retains short (SERVICE_MAX_SYNC_RETAIN_ITEMS).
 """
 
 from __future__ import annotations
@@ -13,19 +14,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from ..engine import Engine
 from ..engine.operations import Operation, chained
 from ..engine.webhooks import Retained
-from ..errors import RetainError
-from ..jsonl import parse_datetime
-from ..settings import Settings
-from .base import body_of, wake_worker
+from .base import wake_worker
 from .errors import ServiceError
-from .items import appended, build_memory, item_tags, item_text, placements
+from .items import appended, build_memory, item_tags, placements
+from .retain_body import Queued
 from .schemas import RetainBody
 from .wire import answer
 
@@ -33,84 +31,26 @@ from .wire import answer
 RETAIN = "retain"
 
 
-class _Size(BaseModel):
-    """Just enough of a retain body to know how big it is: its items unread, and whether it is queued."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    items: list[Any] = Field(default_factory=list)
-    async_: bool = Field(default=False, alias="async")
-
-
-async def retain_body(request: Request, settings: Settings) -> RetainBody:
-    """The retain's body, validated; a synchronous one with more items than a synchronous retain takes is
-    refused (413) from its item count, before any item is validated (for 400,000 items: a fifth of a
-    second instead of seconds)."""
-    raw = await request.body()
-    try:
-        size = _Size.model_validate_json(raw or b"{}")
-    except ValidationError:
-        size = None  # the full validation names what is wrong
-    if size is not None and not size.async_:
-        _refuse_sync(len(size.items), settings)
-    return await body_of(request, RetainBody)  # type: ignore[no-any-return]
-
-
-def _refuse_sync(items: int, settings: Settings) -> None:
-    limit = settings.service_max_sync_retain_items
-    if items > limit:
-        raise ServiceError(413, "too_many_items", f"a synchronous retain takes at most {limit} items "
-                           f"(HINDSIGHT_API_SERVICE_MAX_SYNC_RETAIN_ITEMS); this one has {items}: send "
-                           "it with \"async\": true to queue it as an operation")
-
-
-def check_sync_size(body: RetainBody, settings: Settings) -> None:
-    """Refuse (413) a synchronous retain too large to answer promptly, pointing to ``async: true``."""
-    _refuse_sync(len(body.items), settings)
-
-
-def precheck(body: RetainBody) -> None:
-    """The checks of a synchronous retain that are cheap enough to answer at once (content, dates), with
-    its messages; whatever else is wrong with an item fails the operation, naming the item."""
-    for index, item in enumerate(body.items):
-        if not item_text(item, index).strip():
-            raise RetainError(None, f"items.{index}.content", "must not be empty")
-        stamp = item.timestamp
-        if isinstance(stamp, str) and stamp.strip().lower() != "unset":
-            parse_datetime(stamp, f"items.{index}.timestamp")
-
-
-def operation_uuid(value: str, field: str = "operation_id") -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except (ValueError, AttributeError, TypeError):
-        raise ServiceError(422, "invalid_request", f"{field}: must be a valid UUID, got {value!r}") from None
-
-
-async def submit(request: Request, engine: Engine, bank_id: str, body: RetainBody) -> Response:
+async def submit(request: Request, engine: Engine, bank_id: str, body: Queued) -> Response:
     """Queue the retain and answer with its operation id (see :func:`queue`) and wake the worker."""
-    chosen = operation_uuid(body.operation_id) if body.operation_id is not None else None
-    precheck(body)
     try:
         payload = (await request.body()).decode("utf-8")
     except UnicodeDecodeError:
         raise ServiceError(400, "malformed_json", "the request body is not UTF-8") from None
-    queued = await queue(engine, bank_id, body, payload, chosen)
+    queued = await queue(engine, bank_id, body, payload)
     wake_worker(request)
     return answer(request, "RetainResponse", queued)
 
 
-async def queue(engine: Engine, bank_id: str, body: RetainBody, payload: str, chosen: uuid.UUID | None
-                ) -> dict[str, Any]:
-    """Queue the retain ``body`` (``payload``, its JSON, is what the worker reads) and answer with its operation
-    id; a client-``chosen`` id already used by this bank's retain answers that operation again (nothing new
-    is queued), by anything else 409. The MCP tools queue through this too."""
-    named = {item.document_id for item in body.items if item.document_id}
-    document_id = next(iter(named)) if len(named) == 1 and all(i.document_id for i in body.items) else None
-    operation_id = chosen or uuid.uuid4()
-    replay = await engine.operations.submit(bank_id, operation_id, RETAIN, payload, len(body.items), document_id,
-                                            chosen=chosen is not None)
-    items = replay if replay is not None else len(body.items)
+async def queue(engine: Engine, bank_id: str, body: Queued, payload: str) -> dict[str, Any]:
+    """Queue the retain whose request is ``payload`` (what the worker reads; ``body``, what
+    :func:`~.retain_body.read` found in it) and answer with its operation id; a client-chosen id already
+    used by this bank's retain answers that operation again (nothing new is queued), by anything else 409.
+    The MCP tools queue through this too."""
+    operation_id = body.operation_id or uuid.uuid4()
+    replay = await engine.operations.submit(bank_id, operation_id, RETAIN, payload, body.items, body.document_id,
+                                            chosen=body.operation_id is not None)
+    items = replay if replay is not None else body.items
     return {"success": True, "bank_id": bank_id, "items_count": items, "async": True,
             "operation_id": str(operation_id), "operation_ids": None, "usage": None}
 

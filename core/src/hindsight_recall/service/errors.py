@@ -9,7 +9,7 @@ to branch on, and the message under both keys.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -65,11 +65,17 @@ def error_response(error: ServiceError, scope: Mapping[str, Any]) -> JSONRespons
 
 def validation_message(exc: ValidationError) -> str:
     """One line per invalid field of a request body: ``items.0.content: Field required``."""
-    parts = []
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+    return _fields_message(exc.errors(include_url=False))
+
+
+def _fields_message(errors: Sequence[Mapping[str, Any]]) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in errors)
+
+
+def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> ServiceError:
+    """The 422 of a request body whose fields are invalid, from pydantic's errors (``loc``, ``msg``, ``type``)."""
+    problems = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]} for err in errors]
+    return ServiceError(422, "invalid_request", _fields_message(errors), problems=problems)
 
 
 def classify(exc: BaseException) -> ServiceError:
@@ -77,9 +83,7 @@ def classify(exc: BaseException) -> ServiceError:
     if isinstance(exc, ServiceError):
         return exc
     if isinstance(exc, ValidationError):
-        problems = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]}
-                    for err in exc.errors(include_url=False, include_input=False, include_context=False)]
-        return ServiceError(422, "invalid_request", validation_message(exc), problems=problems)
+        return invalid_fields(exc.errors(include_url=False, include_input=False, include_context=False))
     if isinstance(exc, BankNotFound):
         return ServiceError(404, "bank_not_found", str(exc))
     if isinstance(exc, MemoryNotFound):

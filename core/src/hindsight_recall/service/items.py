@@ -53,9 +53,12 @@ def _date(item: MemoryItem, index: int, now: datetime) -> datetime | None:
     return parse_datetime(value, f"items.{index}.timestamp")
 
 
-def check_supported(body: RetainBody) -> None:
-    """Refuse (400) the item fields that would need an LLM step this project does not run."""
-    for index, item in enumerate(body.items):
+def check_supported(items: Sequence[MemoryItem], start: int = 0) -> None:
+    """Refuse (400) the item fields that would need an LLM step this project does not run.
+
+    :param start: the index of the first of ``items`` in the body.
+    """
+    for index, item in enumerate(items, start):
         for name in ("observation_scopes", "strategy"):
             if getattr(item, name) is not None:
                 raise ServiceError(400, "unsupported_field", f"items.{index}.{name}: {UNSUPPORTED[name]}")

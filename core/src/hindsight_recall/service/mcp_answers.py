@@ -13,7 +13,7 @@ from ..errors import BankNotFound, QueryTooLong, RetainError
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..types import FACT_TYPES, TagsMatch
-from . import async_retain, memories
+from . import async_retain, memories, retain_body
 from ._params import checked_text
 from .banks import profile_changes
 from .base import checked_choice, parse_body
@@ -49,7 +49,7 @@ async def retain_now(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
     replacing its memories; ``retain.completed`` written with them for any webhook."""
     engine, bank = call.engine, call.bank
     body: RetainBody = parse_body(_json(sent), RetainBody)
-    check_supported(body)
+    check_supported(body.items)
     count, _ = await memories.retain_now(engine, bank, body)
     return {"success": True, "bank_id": bank, "items_count": count, "async": False, "usage": None}
 
@@ -57,10 +57,10 @@ async def retain_now(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
 async def retain_later(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
     """``POST /memories`` with ``async``: the retain queued as an operation, the answer carrying its id."""
     raw = _json(sent)
-    body: RetainBody = parse_body(raw, RetainBody)
-    check_supported(body)
-    async_retain.precheck(body)
-    return await async_retain.queue(call.engine, call.bank, body, raw, None)
+    body = await retain_body.read(raw, call.engine.settings)
+    if not isinstance(body, retain_body.Queued):
+        raise ValueError("a queued retain's body says async: true")
+    return await async_retain.queue(call.engine, call.bank, body, raw)
 
 
 async def recalled(calls: ToolCalls, call: Call, sent: dict[str, Any]) -> dict[str, Any]:

@@ -21,10 +21,10 @@ from ..jsonl import parse_datetime, parse_memory
 from ..limits import key_problem
 from ..recall.trace import phase_sink
 from ..types import FACT_TYPES, Memory, TagsMatch
-from . import async_retain
+from . import async_retain, retain_body
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query, wake_worker
 from .errors import ServiceError
-from .items import appended, build_memories, check_supported
+from .items import appended, build_memories
 from .ops import Admission
 from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
 from .wire import answer
@@ -40,7 +40,7 @@ async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> tuple[in
     """Store a retain's items before answering, a re-sent document replacing its memories and an appended one
     numbered again when another write appended first; ``retain.completed`` for any webhook written with the
     memories, in their transaction. Returns how many memories were stored and whether an event was written."""
-    async_retain.check_sync_size(body, engine.settings)
+    retain_body.check_sync_size(body, engine.settings)
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         existing = await engine.document_memory_ids(bank_id, appended(body))
         memories, replaced = build_memories(bank_id, body, existing)
@@ -60,9 +60,8 @@ async def retain(request: Request) -> Response:
     ``async: true`` the retain is queued as an operation and the answer carries its id."""
     bank_id = bank_of(request)
     engine = engine_of(request)
-    body = await async_retain.retain_body(request, engine.settings)
-    check_supported(body)
-    if body.async_:
+    body = await retain_body.retain_body(request, engine.settings)
+    if isinstance(body, retain_body.Queued):
         return await async_retain.submit(request, engine, bank_id, body)
     count, queued = await retain_now(engine, bank_id, body)
     if queued:

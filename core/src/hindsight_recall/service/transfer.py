@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from starlette.routing import Route
 
 from ..engine.banks import validate_bank_id
 from ..errors import InvalidRequest
+from ..scratch import work_folder
 from ..settings import BankSettings
 from ..transfer import DOWNLOAD_PATH
 from .banks import TRAITS
@@ -77,8 +77,8 @@ async def _upload(request: Request) -> AsyncIterator[Path]:
         if not isinstance(upload, UploadFile):
             raise ServiceError(422, "invalid_request", "file: a transfer ZIP archive is required (multipart field "
                                                        "'file')")
-        with tempfile.TemporaryDirectory(prefix="hindsight-upload-") as work:
-            path = Path(work) / "archive.zip"
+        with work_folder("upload") as work:
+            path = work / "archive.zip"
             await asyncio.to_thread(_save, upload.file, path)
             await form.close()
             yield path

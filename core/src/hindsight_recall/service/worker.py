@@ -10,6 +10,9 @@ A running operation's lease is renewed every third of SERVICE_OPERATION_LEASE; l
 was cancelled, deleted, or its lease ran out and another worker took it) stops the run. On shutdown the
 runs are cancelled (the chunk in flight rolls back) and their operations handed back to the queue, to
 resume at the next start.
+
+Between looks at the queue the worker keeps the database tidy, even in a process that runs no
+operations: it prunes the audit log (AUDIT_LOG_RETENTION_DAYS) at start and every :data:`PRUNE_SECONDS` after.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ POLL_SECONDS = 1.0
 PAUSE_SECONDS = 2.0
 #: seconds a shutdown waits for the runs to roll back and be handed back
 STOP_SECONDS = 3.0
+#: seconds between prunes of the audit log; after a failed one, :data:`PRUNE_RETRY_SECONDS`
+PRUNE_SECONDS = 3600.0
+PRUNE_RETRY_SECONDS = 60.0
 
 Key = tuple[str, uuid.UUID]
 
@@ -64,19 +70,24 @@ class Worker:
         self.delivering: dict[Key, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._http: httpx.AsyncClient | None = None
+        #: when the audit log is pruned next (time.monotonic())
+        self._prune_at = 0.0
 
     def wake(self) -> None:
         """Look at the queue now (an operation was just queued)."""
         self._wake.set()
 
     async def run(self) -> None:
-        """Claim whenever a slot is free, until cancelled."""
-        if self.slots == 0:
+        """Claim whenever a slot is free (never with no slots), and tidy up, until cancelled; at once
+        when there is nothing to do (no slots, every audit entry kept)."""
+        if self.slots == 0 and self.engine.settings.audit_log_retention_days == -1:
             return
-        log.info("operation worker %s: %d at once", self.id, self.slots)
+        if self.slots:
+            log.info("operation worker %s: %d at once", self.id, self.slots)
         while True:
             self._wake.clear()
             await self._dispatch()
+            await self._prune()
             for lane, slots in ((self.running, self.slots), (self.delivering, self.delivery_slots)):
                 if slots - len(lane) > 0:
                     try:
@@ -94,6 +105,20 @@ class Worker:
                 self._wake.set()
         except Exception as exc:  # the database is away: the events wait in the outbox
             log.warning("queueing webhook deliveries failed: %s", redact(describe_error(exc) or repr(exc)))
+    async def _prune(self) -> None:
+        """Prune the audit log when it is time (never with AUDIT_LOG_RETENTION_DAYS=-1)."""
+        if self.engine.settings.audit_log_retention_days == -1 or time.monotonic() < self._prune_at:
+            return
+        try:
+            removed = await self.engine.audit.prune()
+        except Exception as exc:  # the database is away: try again soon
+            self._prune_at = time.monotonic() + PRUNE_RETRY_SECONDS
+            log.warning("pruning the audit log failed: %s", redact(describe_error(exc) or repr(exc)))
+            return
+        self._prune_at = time.monotonic() + PRUNE_SECONDS
+        if removed:
+            log.info("pruned %d audit log entries older than %d days", removed,
+                     self.engine.settings.audit_log_retention_days)
 
     async def _claim(self, lane: dict[Key, asyncio.Task[None]], free: int) -> None:
         queue = self.engine.operations

@@ -84,3 +84,9 @@ async def stats(conn: AsyncConnection, bank_id: str, *, action: str | None, star
     for day, name, count in rows:
         buckets.setdefault(day.isoformat(), {})[name] = int(count)
     return [{"time": day, "actions": actions, "total": sum(actions.values())} for day, actions in buckets.items()]
+
+
+async def prune(conn: AsyncConnection, before: datetime) -> int:
+    """Remove every bank's entries that started before ``before``; how many went."""
+    result = await conn.execute(text("DELETE FROM audit_log WHERE started_at < :before"), {"before": before})
+    return int(result.rowcount or 0)

@@ -23,15 +23,9 @@ from .schema import of_document
 #: the time axes a document listing filters and orders by
 TIME_FIELDS = ("created_at", "updated_at")
 
-#: the memories of document ``d`` (the expression index on the document key serves it)
-_OF_DOC = f"m.bank_id = d.bank_id AND {of_document('m', 'd.document_id')}"
-#: the document's text: its chunks in order, else its memories' texts in place order
-_TEXT = (
-    "coalesce((SELECT string_agg(c.chunk_text, E'\\n' ORDER BY c.chunk_index) FROM chunks c "
-    "WHERE c.bank_id = d.bank_id AND c.document_id = d.document_id), "
-    f"(SELECT string_agg(m.text, E'\\n' ORDER BY m.position NULLS LAST, m.created_at, m.external_id) "
-    f"FROM memory_units m WHERE {_OF_DOC}), '')"
-)
+#: the memories of document ``d`` of the bank ``:bank`` (the expression index on the document key serves it;
+#: the bank named as a value keeps each statement on the bank's shard under Citus)
+_OF_DOC = f"m.bank_id = :bank AND {of_document('m', 'd.document_id')}"
 #: the union of the document's memories' tags, sorted
 _TAGS = (
     "(SELECT coalesce(array_agg(DISTINCT t ORDER BY t), CAST('{}' AS varchar[])) FROM memory_units m "
@@ -40,7 +34,7 @@ _TAGS = (
 #: whether the search text ``:q`` is in the document's text (a memory's or a chunk's), case-insensitively
 _TEXT_MATCH = (
     f"(EXISTS (SELECT 1 FROM memory_units m WHERE {_OF_DOC} AND strpos(lower(m.text), lower(:q)) > 0) "
-    "OR EXISTS (SELECT 1 FROM chunks c WHERE c.bank_id = d.bank_id AND c.document_id = d.document_id "
+    "OR EXISTS (SELECT 1 FROM chunks c WHERE c.bank_id = :bank AND c.document_id = d.document_id "
     "AND strpos(lower(c.chunk_text), lower(:q)) > 0))"
 )
 _ID_MATCH = "strpos(lower(d.document_id), lower(:q)) > 0"
@@ -50,22 +44,45 @@ def _iso(value: datetime | None) -> str:
     return value.isoformat() if value is not None else ""
 
 
+#: the memories of the documents ``:ids`` of the bank ``:bank``, in place order
+_OF_IDS = f"m.bank_id = :bank AND {of_document('m', 'ANY(:ids)')}"
+_PLACE = "m.position NULLS LAST, m.created_at, m.external_id"
+#: per document of ``:ids``, one aggregate each (no correlated subquery: Citus plans them on the bank's shard)
+_PER_DOCUMENT = {
+    # the text: its chunks in order, else its memories' texts in place order
+    "c": "SELECT c.bank_id, c.document_id, string_agg(c.chunk_text, E'\\n' ORDER BY c.chunk_index) AS body "
+         "FROM chunks c WHERE c.bank_id = :bank AND c.document_id = ANY(:ids) GROUP BY c.bank_id, c.document_id",
+    "n": f"SELECT m.bank_id, m.document_id, string_agg(m.text, E'\\n' ORDER BY {_PLACE}) AS body, count(*) AS units, "
+         "count(*) FILTER (WHERE m.fact_type = 'world') AS world, "
+         "count(*) FILTER (WHERE m.fact_type = 'experience') AS experience "
+         f"FROM memory_units m WHERE {_OF_IDS} GROUP BY m.bank_id, m.document_id",
+    # the union of its memories' tags, sorted
+    "g": "SELECT t.bank_id, t.document_id, array_agg(DISTINCT t.tag ORDER BY t.tag) AS tags FROM "
+         f"(SELECT m.bank_id, m.document_id, unnest(m.tags) AS tag FROM memory_units m WHERE {_OF_IDS}) t "
+         "GROUP BY t.bank_id, t.document_id",
+    "o": "SELECT m.bank_id, m.document_id, count(DISTINCT os.observation_id) AS observations FROM memory_units m "
+         f"JOIN observation_sources os ON os.bank_id = m.bank_id AND os.source_id = m.id WHERE {_OF_IDS} "
+         "GROUP BY m.bank_id, m.document_id",
+    # its first memory
+    "f": "SELECT DISTINCT ON (m.document_id) m.bank_id, m.document_id, m.context, m.metadata, m.occurred_start "
+         f"FROM memory_units m WHERE {_OF_IDS} ORDER BY m.document_id, {_PLACE}",
+}
+
+
 async def _details(conn: AsyncConnection, bank_id: str, ids: Sequence[str], *, with_text: bool) -> dict[str, Any]:
     """document id -> its dates, text length and hash, tags, counts and first memory's fields."""
+    joined = " ".join(f"LEFT JOIN ({sql}) {a} ON {a}.bank_id = d.bank_id AND {a}.document_id = d.document_id"
+                      for a, sql in _PER_DOCUMENT.items())
     rows = await conn.execute(text(
-        "SELECT d.document_id, d.created_at, d.updated_at, length(x.body) AS text_length, "
-        "encode(sha256(convert_to(x.body, 'UTF8')), 'hex') AS content_hash, "
-        f"{'x.body' if with_text else 'NULL'} AS body, {_TAGS} AS tags, n.units, n.world, n.experience, "
-        "(SELECT count(DISTINCT os.observation_id) FROM memory_units m JOIN observation_sources os "
-        f"ON os.bank_id = m.bank_id AND os.source_id = m.id WHERE {_OF_DOC}) AS observations, "
-        "f.context, f.metadata, f.occurred_start "
-        f"FROM documents d CROSS JOIN LATERAL (SELECT {_TEXT} AS body) x "
-        "CROSS JOIN LATERAL (SELECT count(*) AS units, count(*) FILTER (WHERE m.fact_type = 'world') AS world, "
-        "count(*) FILTER (WHERE m.fact_type = 'experience') AS experience "
-        f"FROM memory_units m WHERE {_OF_DOC}) n "
-        "LEFT JOIN LATERAL (SELECT m.context, m.metadata, m.occurred_start FROM memory_units m "
-        f"WHERE {_OF_DOC} ORDER BY m.position NULLS LAST, m.created_at, m.external_id LIMIT 1) f ON true "
-        "WHERE d.bank_id = :bank AND d.document_id = ANY(:ids)"
+        "SELECT x.document_id, x.created_at, x.updated_at, length(x.whole) AS text_length, "
+        "encode(sha256(convert_to(x.whole, 'UTF8')), 'hex') AS content_hash, "
+        f"{'x.whole' if with_text else 'NULL'} AS body, x.tags, x.units, x.world, x.experience, x.observations, "
+        "x.context, x.metadata, x.occurred_start "
+        "FROM (SELECT d.document_id, d.created_at, d.updated_at, coalesce(c.body, n.body, '') AS whole, "
+        "coalesce(g.tags, CAST('{}' AS varchar[])) AS tags, coalesce(n.units, 0) AS units, "
+        "coalesce(n.world, 0) AS world, coalesce(n.experience, 0) AS experience, "
+        "coalesce(o.observations, 0) AS observations, f.context, f.metadata, f.occurred_start "
+        f"FROM documents d {joined} WHERE d.bank_id = :bank AND d.document_id = ANY(:ids)) x"
     ), {"bank": bank_id, "ids": list(ids)})
     return {r.document_id: r for r in rows}
 

@@ -3,7 +3,8 @@
 With an API key configured, a page request carries either the key as ``Authorization: Bearer`` (as the
 API does) or the login the login form gave it: an HttpOnly, SameSite=Strict cookie holding a signed,
 expiring token (:class:`Logins`), never the key itself. The token is signed with a secret derived from
-the key, so every process serving that key accepts it and a new key ends every login. Every form
+the key, so every process serving that key accepts it and a new key ends every login; logging out ends
+one login in every process (the database keeps it until the token expires). Every form
 carries a token derived from a per-browser session cookie; a POST whose token does not match is refused.
 """
 
@@ -57,29 +58,48 @@ class Logins:
         body = f"v1.{expires}.{secrets.token_urlsafe(16)}"
         return f"{body}.{self._signature(body)}"
 
-    def valid(self, token: str, now: float | None = None) -> bool:
-        """The token was issued under this key and has not expired."""
+    def expires(self, token: str, now: float | None = None) -> int | None:
+        """When the token stops working (epoch seconds), or ``None`` unless it was issued under this key
+        and has not expired."""
         body, _, signature = token.rpartition(".")
         parts = body.split(".")
         if len(parts) != 3 or parts[0] != "v1" or not parts[1].isdigit() or len(token) > 200:
-            return False
+            return None
         if not hmac.compare_digest(signature.encode(), self._signature(body).encode()):
-            return False
-        return int(parts[1]) > (time.time() if now is None else now)
+            return None
+        expires = int(parts[1])
+        return expires if expires > (time.time() if now is None else now) else None
+
+    def valid(self, token: str, now: float | None = None) -> bool:
+        """The token was issued under this key and has not expired."""
+        return self.expires(token, now) is not None
 
     def authorized(self, request: Request) -> bool:
-        """True when no key is configured, or the request carries the key (header) or a valid login."""
-        if not self.key:
-            return True
+        """True when no key is configured, or the request carries the key (header) or a valid login; a
+        login may still have been ended (:meth:`login_of`, :func:`fingerprint`)."""
+        return not self.key or self._has_key(request) or self.valid(request.cookies.get(LOGIN_COOKIE, ""))
+
+    def _has_key(self, request: Request) -> bool:
         header = request.headers.get("authorization", "").encode()
-        if hmac.compare_digest(header, b"Bearer " + self.key.encode()):
-            return True
-        return self.valid(request.cookies.get(LOGIN_COOKIE, ""))
+        return hmac.compare_digest(header, b"Bearer " + self.key.encode())
+
+    def login_of(self, request: Request) -> str | None:
+        """The login token that lets this request in, or ``None`` when no key is needed or the header
+        carries it (then there is no login to have ended)."""
+        if not self.key or self._has_key(request):
+            return None
+        token = request.cookies.get(LOGIN_COOKIE, "")
+        return token if self.valid(token) else None
 
     def remember(self, request: Request, response: Response) -> None:
         """Set the login cookie: a new token, kept by the browser no longer than it is good."""
         response.set_cookie(LOGIN_COOKIE, self.issue(), max_age=int(self.lifetime), httponly=True,
                             samesite="strict", path=PREFIX, secure=request.url.scheme == "https")
+
+
+def fingerprint(token: str) -> str:
+    """What an ended login is recorded as: a hash of its token, never the token itself."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def is_open(path: str) -> bool:

@@ -13,8 +13,9 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from ..base import engine_of
 from ..errors import classify
-from .auth import Logins, Sessions
+from .auth import Logins, Sessions, fingerprint
 
 log = logging.getLogger("hindsight_recall.console")
 
@@ -76,21 +77,36 @@ class Console:
         self.sessions.remember(request, response)
         return response
 
+    async def admitted(self, request: Request) -> bool:
+        """The key lets the request in (:meth:`~.auth.Logins.authorized`), and its login was not ended."""
+        if not self.logins.authorized(request):
+            return False
+        login = self.logins.login_of(request)
+        return login is None or not await engine_of(request).logouts.ended(fingerprint(login))
+
+    async def log_out(self, request: Request) -> None:
+        """End the request's login in every process (its token is refused from now on)."""
+        login = self.logins.login_of(request)
+        expires = self.logins.expires(login) if login else None
+        if login and expires:
+            await engine_of(request).logouts.end(fingerprint(login), expires)
+
     def page(self, handler: Page, *, open_page: bool = False) -> Page:
         """Check the key (unless ``open_page``), refuse a POST without its form token, and answer any
         error as an HTML page with the API's status and message."""
 
         @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:
-            if not open_page and not self.logins.authorized(request):
-                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303, headers=HEADERS)
-            if request.method == "POST":
-                form = await request.form()
-                if not self.sessions.valid(request, str(form.get("csrf", ""))):
-                    return self.render(request, "error.html", 403, title="Refused",
-                                       message="The form's token is missing or stale: reload the page and try again.")
             try:
+                if not open_page and not await self.admitted(request):
+                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303,
+                                            headers=HEADERS)
+                if request.method == "POST":
+                    form = await request.form()
+                    if not self.sessions.valid(request, str(form.get("csrf", ""))):
+                        return self.render(request, "error.html", 403, title="Refused", message="The form's "
+                                           "token is missing or stale: reload the page and try again.")
                 return await handler(request)
             except Exception as exc:
                 error = classify(exc)

@@ -60,6 +60,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
         return console.render(request, "login.html", next=target, failed=False)
 
     async def logout(request: Request) -> Response:
+        await console.log_out(request)
         response = redirect(f"{PREFIX}/login")
         response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
         return response
