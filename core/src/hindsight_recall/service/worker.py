@@ -105,6 +105,7 @@ class Worker:
                 self._wake.set()
         except Exception as exc:  # the database is away: the events wait in the outbox
             log.warning("queueing webhook deliveries failed: %s", redact(describe_error(exc) or repr(exc)))
+
     async def _prune(self) -> None:
         """Prune the audit log when it is time (never with AUDIT_LOG_RETENTION_DAYS=-1)."""
         if self.engine.settings.audit_log_retention_days == -1 or time.monotonic() < self._prune_at:
