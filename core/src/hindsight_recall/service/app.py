@@ -182,12 +182,16 @@ async def _load(engine: Engine, state: ServiceState) -> None:
         return
     state.ready = True
     log.info("ready")
-    if engine.settings.enable_temporal_retrieval:
-        from ..recall.pipeline import warm_date_parser
-
-        await asyncio.wrap_future(warm_date_parser())
     # What start-up loaded (modules, the model's tokenizer, the date finder's data) lives as long as the
     # process: left out of the collector's full passes, which a request making many objects triggers, a
     # pass takes a fraction of the time, and holds every thread, the event loop's too, that much less.
-    gc.freeze()
+    if not engine.settings.enable_temporal_retrieval:
+        gc.freeze()
+        return
+    from ..recall.pipeline import warm_date_parser
+
+    # the date finder loads in its thread meanwhile (seconds on a busy machine): the queue worker,
+    # which starts when this returns, does not wait for it
+    loop = asyncio.get_running_loop()
+    warm_date_parser().add_done_callback(lambda _: loop.call_soon_threadsafe(gc.freeze))
 
