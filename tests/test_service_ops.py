@@ -279,3 +279,31 @@ def test_import_needs_a_bank_on_every_memory(http: httpx.Client) -> None:
     assert_error(http.post("/v1/default/memories/import", json=body), 422, "invalid_memory")
     body = {"memories": [{"id": "a", "text": "t", "bank": "b", "type": "opinion"}]}
     assert_error(http.post("/v1/default/memories/import", json=body), 422, "invalid_memory")
+
+
+def test_a_recall_beyond_the_bound_waits_for_a_slot_that_comes_free(server: Any, http: httpx.Client,
+                                                                     bank: str) -> None:
+    """Within Retry-After a freed slot admits it: clients that retry at once are paced, not spun."""
+    import threading
+
+    state = server.app.state
+    state.recalls_in_flight = 4  # as if four recalls were running
+    other: list[int] = []
+
+    def one_ends_and_another_runs() -> None:  # the other's end hands its slot on to the waiting recall
+        time.sleep(0.5)
+        state.recalls_in_flight -= 1
+        with httpx.Client(base_url=http.base_url, headers=http.headers, timeout=60) as client:
+            other.append(client.post(recall_path(bank), json={"query": "Alice"}).status_code)
+
+    ending = threading.Thread(target=one_ends_and_another_runs)
+    ending.start()
+    try:
+        started = time.monotonic()
+        response = http.post(recall_path(bank), json={"query": "Alice"})
+        waited = time.monotonic() - started
+    finally:
+        ending.join()
+        state.recalls_in_flight = 0
+    assert response.status_code == 200 and other == [200], response.text
+    assert waited > 0.4

@@ -71,7 +71,7 @@ async def recalled(calls: ToolCalls, call: Call, sent: dict[str, Any]) -> dict[s
     if allowed and engine.tokens.count(body.query) > allowed:  # the library cuts it; the service refuses
         raise QueryTooLong(engine.tokens.count(body.query), allowed)
     options = recall_options(body)
-    with Admission(calls.service, engine.settings, calls.metrics):
+    async with Admission(calls.service, engine.settings, calls.metrics):
         token = phase_sink.set(calls.metrics.record_phases)
         try:
             return await engine.recall(call.bank, body.query, **options)

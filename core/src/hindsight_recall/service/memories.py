@@ -320,7 +320,7 @@ async def recall(request: Request) -> Response:
         raise QueryTooLong(engine.tokens.count(body.query), allowed)
     options = recall_options(body)
     service_metrics = request.app.state.metrics
-    with Admission(request.app.state.service, engine.settings, service_metrics):
+    async with Admission(request.app.state.service, engine.settings, service_metrics):
         token = phase_sink.set(service_metrics.record_phases)
         try:
             result = await engine.recall(bank_id, body.query, **options)

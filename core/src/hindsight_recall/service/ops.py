@@ -5,6 +5,7 @@ the access log. One pure ASGI middleware, so a request pays for no extra task or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -38,22 +39,29 @@ class ServiceState:
     ready: bool = False
     failure: str | None = None
     recalls_in_flight: int = 0
+    #: notified whenever a recall's slot comes free
+    slot_freed: asyncio.Condition | None = None
     routes: list[Route] = field(default_factory=list)
 
 
 class Admission:
-    """At most ``limit`` recalls admitted at once; one more is refused with 503 and ``Retry-After``.
+    """At most ``limit`` recalls admitted at once; one more waits for a slot up to ``Retry-After`` seconds,
+    then is refused with 503 and ``Retry-After``.
 
     Recalls beyond RECALL_MAX_CONCURRENT wait inside the engine; this bound keeps that wait short and
-    the queue from growing without limit (backpressure, not buffering).
+    the queue from growing without limit (backpressure, not buffering). The short wait for a slot keeps
+    clients that retry at once (most load generators, many agents) from turning the server's time into
+    refusals: refused in a loop, they would leave the recalls in flight too little of the event loop to
+    finish, and the server would answer little but 503.
     """
 
     def __init__(self, state: ServiceState, settings: Settings, metrics: ServiceMetrics) -> None:
         self.state, self.limit, self.metrics = state, settings.service_max_recalls_in_flight, metrics
+        self.wait = settings.service_retry_after
         self.retry_after = str(settings.service_retry_after)
 
-    def __enter__(self) -> Admission:
-        if self.state.recalls_in_flight >= self.limit:
+    async def __aenter__(self) -> Admission:
+        if self.state.recalls_in_flight >= self.limit and not await self._slot_freed():
             self.metrics.rejected.inc()
             raise ServiceError(503, "overloaded", f"{self.limit} recalls are in flight "
                                "(HINDSIGHT_API_SERVICE_MAX_RECALLS_IN_FLIGHT); retry shortly",
@@ -62,9 +70,25 @@ class Admission:
         self.metrics.in_flight.set(self.state.recalls_in_flight)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.state.recalls_in_flight -= 1
         self.metrics.in_flight.set(self.state.recalls_in_flight)
+        async with self._freed():
+            self._freed().notify()
+
+    async def _slot_freed(self) -> bool:
+        """Wait up to :attr:`wait` seconds for a free slot; whether one came."""
+        freed = self._freed()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.wait), freed:
+                await freed.wait_for(lambda: self.state.recalls_in_flight < self.limit)
+                return True
+        return False
+
+    def _freed(self) -> asyncio.Condition:
+        if self.state.slot_freed is None:  # made on the event loop that uses it
+            self.state.slot_freed = asyncio.Condition()
+        return self.state.slot_freed
 
 
 class Guard:

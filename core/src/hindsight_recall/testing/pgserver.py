@@ -699,8 +699,15 @@ class Server:
         """Start the server again (after :meth:`kill` or :meth:`halt`) with its data, on ``port`` or its
         own: crash recovery runs first."""
         self.port = port or self.port
-        _pg(self, "pg_ctl", "-D", self.datadir, "-l", self.folder / "server.log", "-w", "-t", "60",
-            "-o", f"-p {self.port}", "start", timeout=90, env={"PGPASSFILE": str(self.folder / "pgpass")})
+        for attempt in range(20):  # a killed server's shared memory and port take a moment to come free
+            try:
+                _pg(self, "pg_ctl", "-D", self.datadir, "-l", self.folder / "server.log", "-w", "-t", "60",
+                    "-o", f"-p {self.port}", "start", timeout=90, env={"PGPASSFILE": str(self.folder / "pgpass")})
+                return
+            except subprocess.CalledProcessError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
 
     def execute(self, *statements: str, database: str = "postgres") -> None:
         """Run ``statements`` in autocommit on ``database``."""

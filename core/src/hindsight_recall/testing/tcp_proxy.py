@@ -70,6 +70,8 @@ class TcpProxy:
         self._closed = True
         self._flowing.set()
         with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone does not
+        with contextlib.suppress(OSError):
             self._listener.close()
         self.cut()
 
