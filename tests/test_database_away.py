@@ -138,7 +138,8 @@ def _check(load: Load, sizes: dict[str, int], scenario: str, recovery: float, fa
 
 @pytest.fixture
 def external() -> Iterator[tuple[pgserver.Server, TcpProxy]]:
-    server = pgserver.start_server(pgserver.embedded_installation())
+    # commits durable, as on a real server: a killed server must not lose a retain it acknowledged
+    server = pgserver.start_server(pgserver.embedded_installation(), settings={"synchronous_commit": "on"})
     try:
         with TcpProxy(server.port) as proxy:
             yield server, proxy
