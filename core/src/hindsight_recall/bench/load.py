@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .soak import REQUEST_TIMEOUT, SoakOptions, memory_rss, query, sentence, start_server
+from .soak import REQUEST_TIMEOUT, SoakOptions, memory_rss, query, remove_work, sentence, start_server, stop_server
 
 #: answers that shed load on purpose: allowed, with ``Retry-After``
 SHED = (429, 503)
@@ -218,17 +218,8 @@ async def run_load(options: LoadOptions, echo: Callable[[str], None] = print) ->
                 if server.poll() is not None:
                     raise RuntimeError(f"the server exited with {server.returncode}; see {log_path}")
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-    from .. import embedded_server
-
-    with contextlib.suppress(Exception):
-        embedded_server.stop(work / "pg")
-    shutil.rmtree(work if options.log else work / "pg", ignore_errors=True)
+            stop_server(server)
+    remove_work(work, embedded=True, keep_log=options.log is not None)
     return {"options": {"clients": list(options.clients), "seconds": options.seconds, "banks": options.banks,
                         "retain_every": options.retain_every, "threads": options.threads},
             "cpus": os.cpu_count(), "runs": runs, "failures": {str(r["clients"]): failures(r) for r in runs}}

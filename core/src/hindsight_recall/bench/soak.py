@@ -232,6 +232,26 @@ def start_server(options: SoakOptions, work: Path, port: int, log: Any) -> subpr
                             stderr=subprocess.STDOUT)
 
 
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """Stop ``serve`` as SIGTERM does (SIGKILL after a minute)."""
+    server.terminate()
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def remove_work(work: Path, *, embedded: bool, keep_log: bool) -> None:
+    """Stop the run's embedded server and remove its work folder (but the server's log, when it is kept)."""
+    if embedded:
+        from .. import embedded_server
+
+        with contextlib.suppress(Exception):
+            embedded_server.stop(work / "pg")
+    shutil.rmtree(work if keep_log else work / "pg", ignore_errors=True)  # the log stays, if it is in there
+
+
 async def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run one soak and return its report (the samples, the counts and the final check)."""
     import httpx
@@ -253,18 +273,8 @@ async def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) ->
                     for bank in soak.bank_ids:
                         await client.delete(f"/v1/default/banks/{bank}")
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-    if not options.database_url:
-        from .. import embedded_server
-
-        with contextlib.suppress(Exception):
-            embedded_server.stop(work / "pg")
-    shutil.rmtree(work if options.log else work / "pg", ignore_errors=True)  # the log stays, if it is in there
+            stop_server(server)
+    remove_work(work, embedded=not options.database_url, keep_log=options.log is not None)
     report = {
         "options": {"minutes": options.minutes, "clients": options.clients, "banks": options.banks,
                     "recall_share": options.recall_share, "max_items": options.max_items,

@@ -277,7 +277,7 @@ async def _recall_page(request: Request, console: Console) -> Response:
         tags = [t.strip() for t in form["tags"].split(",") if t.strip()]
         metrics = request.app.state.metrics
         try:
-            with Admission(request.app.state.service, engine.settings, metrics):
+            async with Admission(request.app.state.service, engine.settings, metrics):
                 token = phase_sink.set(metrics.record_phases)
                 try:
                     response = await engine.recall(
