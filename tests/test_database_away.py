@@ -68,18 +68,25 @@ class Load:
             thread.join()
 
     def _client(self) -> httpx.Client:
-        return httpx.Client(base_url=f"{self.url}/v1/default/banks/{self.bank}", headers=EXTRAS, timeout=120)
+        return httpx.Client(base_url=f"{self.url}/v1/default/banks/{self.bank}", headers=EXTRAS, timeout=60)
 
-    def _note(self, kind: str, reply: httpx.Response) -> None:
+    def _post(self, client: httpx.Client, kind: str, path: str, body: dict[str, Any]) -> httpx.Response | None:
+        """The answer, kept; a request that got none is kept as status 0 with the client's reason."""
+        try:
+            reply = client.post(path, json=body)
+        except httpx.TransportError as exc:
+            self.answers.append((time.monotonic(), kind, 0, type(exc).__name__, None))
+            return None
         code = reply.json().get("code", "") if reply.status_code != 200 else ""
         self.answers.append((time.monotonic(), kind, reply.status_code, code, reply.headers.get("Retry-After")))
         if reply.status_code != 200:
             self.replies.append(reply)
+        return reply
 
     def _recalls(self) -> None:
         with self._client() as client:
             while not self._done.is_set():
-                self._note("recall", client.post("/memories/recall", json={"query": "Where does Alice work?"}))
+                self._post(client, "recall", "/memories/recall", {"query": "Where does Alice work?"})
 
     def _retains(self) -> None:
         with self._client() as client:
@@ -88,9 +95,8 @@ class Load:
                 self.sent.append(batch)
                 items = [{"content": f"batch {batch} item {i}: Alice logged vessel {i} near the quay.",
                           "document_id": f"doc-{batch}"} for i in range(BATCH)]
-                reply = client.post("/memories", json={"items": items})
-                self._note("retain", reply)
-                if reply.status_code == 200:
+                reply = self._post(client, "retain", "/memories", {"items": items})
+                if reply is not None and reply.status_code == 200:
                     self.acked.append(batch)
 
     def statuses(self) -> collections.Counter[tuple[int, str]]:
@@ -214,6 +220,25 @@ def test_an_external_database_that_goes_away_answers_503_and_comes_back(
         _wait_completed(service.url, bank, queued)
         ready = httpx.get(f"{service.url}/health/ready", timeout=30)
         assert ready.status_code == 200, ready.text
+
+
+async def test_connections_probe_a_silent_database_host_unless_the_url_says_otherwise(
+        make_settings: Callable[..., Settings], external: tuple[pgserver.Server, TcpProxy]) -> None:
+    """TCP keepalives and a user timeout on every connection: a host that vanished without closing them
+    fails its requests over within about half a minute; the URL's own values win."""
+    from hindsight_recall.store._bincopy import driver_connection
+    from hindsight_recall.store.db import TCP_DEFAULTS, Database
+
+    server, proxy = external
+    for query, expected in (("", TCP_DEFAULTS), ("?keepalives_idle=42", {**TCP_DEFAULTS, "keepalives_idle": "42"})):
+        db = Database(make_settings(database_url=_proxied(server, proxy) + query))
+        await db.open()
+        try:
+            async with db.connect() as conn:
+                parameters = (await driver_connection(conn)).info.get_parameters()
+        finally:
+            await db.close()
+        assert {k: parameters.get(k) for k in TCP_DEFAULTS} == expected
 
 
 # ---- the embedded server, stopped or killed under the service ---------------------------------------------

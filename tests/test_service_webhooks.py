@@ -37,7 +37,8 @@ def receiver() -> Iterator[FixtureServer]:
 
 @pytest.fixture(scope="module")
 def server(serve: Callable[..., ServerThread]) -> ServerThread:
-    return serve(webhook_allowed_hosts="127.0.0.1", webhook_retry_delays=(0.1, 0.1))
+    # a database of its own: no queued work or outbox left by other modules comes before its deliveries
+    return serve(own_database=True, webhook_allowed_hosts="127.0.0.1", webhook_retry_delays=(0.1, 0.1))
 
 
 @pytest.fixture

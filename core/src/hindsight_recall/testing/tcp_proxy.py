@@ -112,8 +112,15 @@ class TcpProxy:
 
 
 def _reset(sock: socket.socket) -> None:
-    """Close with a reset (RST), not a polite FIN: the peer sees the connection broken."""
+    """Close with a reset (RST), not a polite FIN: the peer sees the connection broken.
+
+    A socket another thread is blocked reading stays open after ``close`` (the read holds it) and
+    never answers its peer again, so the read is woken first: ``SHUT_RD`` sends nothing, and the
+    last close then resets.
+    """
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
