@@ -7,15 +7,13 @@ cannot be used at all says why, so that reflect can ask once more.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..llm.structured import cut_off, json_in, schema_problem
 
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(?P<body>.*?)\n?```\s*$", re.DOTALL)
 #: the JSON Schema types upstream Hindsight accepts for a top-level property of response_schema
 PROPERTY_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object"})
 
@@ -58,34 +56,6 @@ def check_response_schema(schema: Any) -> dict[str, Any]:
     return schema
 
 
-def schema_problem(value: Any, schema: Mapping[str, Any]) -> str | None:
-    """Why ``value`` does not fit ``schema`` (the first error, with its path), or ``None`` when it does."""
-    from jsonschema.validators import validator_for
-
-    validator = validator_for(schema)(schema)
-    error = next(iter(sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))), None)
-    if error is None:
-        return None
-    where = ".".join(str(p) for p in error.absolute_path)
-    return f"structured_output{'.' + where if where else ''}: {error.message}"
-
-
-def _json_object(text: str) -> Any:
-    """The reply as JSON: itself, inside a Markdown fence, or its outermost ``{...}``; ``None`` if none."""
-    fenced = _FENCE.match(text)
-    candidates = [fenced["body"]] if fenced else []
-    candidates.append(text)
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start:end + 1])
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            continue
-    return None
-
-
 def cited_ids(given: Any, recalled: Sequence[str]) -> list[str]:
     """The cited ids that recall returned, once each, in citation order; anything else is dropped."""
     known = set(recalled)
@@ -103,9 +73,8 @@ def read_reply(text: str, recalled: Sequence[str], response_schema: Mapping[str,
     :param response_schema: the caller's schema, when structured output was asked for.
     :param finish_reason: the server's reason for stopping, to explain a cut-off reply.
     """
-    cut = " (the reply was cut off at max_tokens; raise max_tokens)" if finish_reason in ("length", "max_tokens") \
-        else ""
-    parsed = _json_object(text)
+    cut = cut_off(finish_reason, "max_tokens")
+    parsed = json_in(text)
     if not isinstance(parsed, dict):
         if response_schema is not None:
             return Answer(problem=f"it is not a JSON object{cut}")
@@ -120,7 +89,7 @@ def read_reply(text: str, recalled: Sequence[str], response_schema: Mapping[str,
     if response_schema is None:
         return Answer(answer.strip(), cited)
     structured = parsed.get("structured_output")
-    problem = schema_problem(structured, response_schema) if structured is not None \
+    problem = schema_problem(structured, response_schema, "structured_output") if structured is not None \
         else "'structured_output' is missing"
     if problem is not None:
         return Answer(problem=problem + cut)

@@ -136,11 +136,3 @@ def first_request(profile: Mapping[str, Any], question: str, memories: Sequence[
         max_tokens=max_tokens, json_schema=reply_schema(response_schema), schema_name="reflect_answer",
     )
 
-
-def repair_request(first: ChatRequest, reply: str, problem: str) -> ChatRequest:
-    """The first request followed by the model's reply and what was wrong with it, asking once more."""
-    note = (f"That reply cannot be used: {problem}. Reply again with only the JSON object, fitting the "
-            "format and schema above.")
-    return ChatRequest(system=first.system, messages=[*first.messages, Message("assistant", reply),
-                                                      Message("user", note)],
-                       max_tokens=first.max_tokens, json_schema=first.json_schema, schema_name=first.schema_name)

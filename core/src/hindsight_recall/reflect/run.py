@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BankNotFound
-from ..llm.errors import LLMOutputError
 from ..llm.select import create_llm
+from ..llm.structured import ask_checked
 from ..llm.types import ChatReply, ChatRequest, Usage
 from ..store import banks, directives
 from .answer import Answer, check_response_schema, read_reply
-from .prompt import first_request, repair_request
+from .prompt import first_request
 
 if TYPE_CHECKING:
     from ..plugins import PluginManager
@@ -115,16 +115,10 @@ class Reflector:
         memories = recalled["results"]
         ids = [m["id"] for m in memories]
         request = first_request(profile, question, memories, datetime.now(UTC), max_tokens, schema)
-        reply = await self._ask(llm, request, timings)
-        answer = read_reply(reply.text, ids, schema, reply.finish_reason)
-        usage, calls = reply.usage, [("final", timings.llm[-1])]
-        if answer.problem is not None:
-            repaired = await self._ask(llm, repair_request(request, reply.text, answer.problem), timings)
-            usage, calls = usage + repaired.usage, [*calls, ("repair", timings.llm[-1])]
-            answer = read_reply(repaired.text, ids, schema, repaired.finish_reason)
-            if answer.problem is not None:
-                raise LLMOutputError(f"the chat model's reply did not have the asked-for form after one repair: "
-                                     f"{answer.problem}")
+        outcome = await ask_checked(lambda chat: self._ask(llm, chat, timings), request,
+                                    lambda reply: read_reply(reply.text, ids, schema, reply.finish_reason))
+        answer, usage = outcome.value, outcome.usage
+        calls = list(zip(("final", "repair"), timings.llm, strict=False))
         timings.total = time.perf_counter() - started
         self.last = timings
         return self._response(answer, memories, usage, include_facts,
