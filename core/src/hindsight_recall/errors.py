@@ -208,7 +208,9 @@ def describe_validation_error(exc: ValidationError, prefix: str = PREFIX) -> str
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "settings"
         variable = f"{prefix}{field.upper()}" if err["loc"] else "settings"
-        lines.append(redact(f"{variable}: {err['msg']} (got {err.get('input')!r})"))
+        # a check across fields gets every given value as its input, API keys among them: not echoed
+        got = f" (got {err.get('input')!r})" if err["loc"] else ""
+        lines.append(redact(f"{variable}: {err['msg']}{got}"))
     return "Invalid configuration:\n" + "\n".join(lines)
 
 

@@ -219,6 +219,29 @@ class Settings(BaseSettings, BankSettings):
     #: ``json_object`` (any JSON; for servers without schemas) or ``none`` (the prompt alone)
     llm_response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
 
+    # Retain through the chat model (fact extraction); upstream's names. Each RETAIN_LLM_* left unset
+    # takes the LLM_* value, except that a RETAIN_LLM_PROVIDER of its own brings its own default model
+    retain_llm_provider: str | None = None
+    retain_llm_model: str | None = None
+    retain_llm_api_key: SecretStr | None = None
+    retain_llm_base_url: str | None = None
+    retain_llm_timeout: float | None = Field(None, gt=0)
+    retain_llm_max_retries: int | None = Field(None, ge=0, le=20)
+    retain_llm_initial_backoff: float | None = Field(None, ge=0)
+    retain_llm_max_backoff: float | None = Field(None, ge=0)
+    retain_llm_max_concurrent: int | None = Field(None, ge=1)
+    #: characters of an item's content one extraction call reads; longer content is split first
+    retain_chunk_size: int = Field(3000, ge=100)
+    #: ``concise`` keeps what is worth remembering; ``verbose`` keeps every detail; ``custom`` follows
+    #: RETAIN_CUSTOM_INSTRUCTIONS
+    retain_extraction_mode: Literal["concise", "verbose", "custom"] = "concise"
+    retain_extract_causal_links: bool = True
+    #: what this deployment's memories are for; the model weighs what to keep by it
+    retain_mission: str | None = None
+    retain_custom_instructions: str | None = None
+    #: the most tokens one extraction reply may take
+    retain_max_completion_tokens: int = Field(16384, ge=1)
+
     # The HTTP service (`hindsight-recall serve`); HOST and PORT are upstream Hindsight's names
     host: str = "127.0.0.1"
     port: int = Field(8888, ge=0, le=65535)
@@ -326,13 +349,19 @@ class Settings(BaseSettings, BankSettings):
     def _plugin_name(cls, value: str) -> str:
         return value.strip().lower()
 
-    @field_validator("llm_provider", "llm_model", "llm_base_url")
+    @field_validator("llm_provider", "llm_model", "llm_base_url", "retain_llm_provider", "retain_llm_model",
+                     "retain_llm_base_url", "retain_mission", "retain_custom_instructions")
     @classmethod
     def _blank_is_unset(cls, value: str | None, info: ValidationInfo) -> str | None:
         value = value.strip() if value is not None else None
-        if info.field_name == "llm_provider" and value:
+        if info.field_name in ("llm_provider", "retain_llm_provider") and value:
             value = value.lower()
         return value or None
+
+    @field_validator("retain_extraction_mode", mode="before")
+    @classmethod
+    def _mode_any_case(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("plugins")
     @classmethod
@@ -358,6 +387,13 @@ class Settings(BaseSettings, BankSettings):
             raise ValueError("ANN_MAX_SCAN_TUPLES must be >= 1 while ANN_ITERATIVE_SCAN is on")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        return self
+
+    @model_validator(mode="after")
+    def _custom_mode_has_instructions(self) -> Settings:
+        if self.retain_extraction_mode == "custom" and not self.retain_custom_instructions:
+            raise ValueError(f"{PREFIX}RETAIN_EXTRACTION_MODE=custom needs {PREFIX}RETAIN_CUSTOM_INSTRUCTIONS: "
+                             "the instructions that say what to extract")
         return self
 
     def __repr_args__(self) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .errors import LLMNotConfigured
@@ -14,6 +14,29 @@ if TYPE_CHECKING:
 
 #: the provider upstream Hindsight assumes when only a key or a base URL is given
 DEFAULT_PROVIDER = "openai"
+#: the ``LLM_*`` settings an operation may give its own value as ``<OPERATION>_LLM_*`` (upstream's names)
+OPERATION_FIELDS = ("provider", "model", "api_key", "base_url", "timeout", "max_retries", "initial_backoff",
+                    "max_backoff", "max_concurrent")
+
+
+def operation_settings(settings: Settings, operation: str) -> Settings:
+    """The settings an operation's provider reads: its own ``<OPERATION>_LLM_*`` values over the ``LLM_*`` ones.
+
+    Providers read only ``LLM_*``, so an operation with a model of its own gets a copy with its values in
+    their place. As upstream, a provider of its own without a model of its own takes that provider's
+    default model rather than ``LLM_MODEL`` (which names a model of the other provider).
+
+    :param settings: core settings.
+    :param operation: the settings' prefix, e.g. ``retain``.
+    """
+    update: dict[str, Any] = {}
+    for name in OPERATION_FIELDS:
+        value = getattr(settings, f"{operation}_llm_{name}")
+        if value is not None:
+            update[f"llm_{name}"] = value
+    if "llm_provider" in update and "llm_model" not in update:
+        update["llm_model"] = None
+    return settings.model_copy(update=update) if update else settings
 
 
 def provider_name(settings: Settings) -> str | None:
