@@ -10,11 +10,11 @@ import asyncio
 import contextlib
 import random
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 import httpx
 
@@ -23,6 +23,7 @@ from .errors import MissingSetting, RerankerHTTPError
 if TYPE_CHECKING:
     from pydantic import SecretStr
 
+T = TypeVar("T")
 BANK_HEADER = "X-Hindsight-Bank-Id"
 _KEY_HINT = {401: "; check the API key", 403: "; check the API key"}
 
@@ -146,6 +147,21 @@ def shared_limit(key: str, limit: int) -> asyncio.Semaphore:
     return per_loop.setdefault((key, limit), asyncio.Semaphore(limit))
 
 
+async def run_all(calls: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run ``calls`` concurrently and return their results in order; the first failure is raised as it is.
+
+    The other calls are cancelled at once, so no request keeps running for a result nobody will read.
+
+    :param calls: the coroutines.
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
+
+
 class RerankHTTP:
     """One provider instance's HTTP client: batching, a shared in-flight limit, retries, checks.
 
@@ -189,13 +205,8 @@ class RerankHTTP:
         headers = {BANK_HEADER: bank_id} if self.send_bank_header and bank_id is not None else {}
         size = self.batch_size or max(1, len(documents))
         batches = [documents[i : i + size] for i in range(0, len(documents), size)]
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(self._score_batch(query, b, headers)) for b in batches]
-        except BaseExceptionGroup as failed:
-            # The first failure says why; TaskGroup has already cancelled the other batches.
-            raise failed.exceptions[0] from None
-        return [s for task in tasks for s in task.result()]
+        scored = await run_all(self._score_batch(query, b, headers) for b in batches)
+        return [s for batch in scored for s in batch]
 
     async def _score_batch(self, query: str, batch: Sequence[str], headers: dict[str, str]) -> list[float]:
         limit = shared_limit(self.api.provider, self.max_concurrent) if self.max_concurrent else None

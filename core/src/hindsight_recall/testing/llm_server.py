@@ -3,8 +3,9 @@
 The routes speak OpenAI's chat completions, Anthropic's Messages API and Gemini's generateContent,
 each with and without server-sent events, as their documentation describes. The "model" answers
 reflect's prompt deterministically: it cites the first memories the prompt lists, quotes them, and
-fills any JSON Schema it is given with the simplest fitting values. Tests queue other replies
-(malformed, 429, slow) with :meth:`FixtureServer.script`.
+fills any JSON Schema it is given with the simplest fitting values. Asked for retain's facts, it
+makes one fact of each sentence of the text. Tests queue other replies (malformed, 429, slow) with
+:meth:`FixtureServer.script`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 from .http_server import Reply, Request, Routes
 
 _MEMORY_LINE = re.compile(r'^\{"id": ')
+_TEXT = re.compile(r"<text>\n(?P<text>.*?)\n</text>", re.DOTALL)
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _SCHEMA_HEAD = "## JSON Schema of structured_output"
 #: how many of the prompt's memories the stand-in cites
 CITED = 2
@@ -51,12 +54,29 @@ def instance_of(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None
     return {"string": "from memory", "integer": 1, "number": 1.0, "boolean": True}.get(kind)
 
 
+def facts_for(prompt: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The stand-in's reply to retain's extraction prompt: a world fact per sentence of the ``<text>`` block,
+    its capitalised words as entities, no dates and no causes.
+
+    :param prompt: every message's text, joined.
+    :param schema: the reply schema the request carried, if any (unused: the shape is fixed).
+    """
+    found = _TEXT.search(prompt)
+    sentences = [s.strip() for s in _SENTENCE.findall(found["text"] if found else "") if s.strip()]
+    return {"facts": [{"what": s, "when": "N/A", "where": "N/A", "who": "N/A", "why": "N/A",
+                       "fact_kind": "conversation", "occurred_start": None, "occurred_end": None,
+                       "fact_type": "world", "entities": re.findall(r"\b[A-Z][a-z]+\b", s)} for s in sentences]}
+
+
 def answer_for(prompt: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The stand-in's reply object to reflect's prompt: answer, cited ids, structured output if asked for.
+    """The stand-in's reply object to reflect's prompt: answer, cited ids, structured output if asked for
+    (or to retain's extraction prompt, recognised by the ``facts`` its schema asks for: :func:`facts_for`).
 
     :param prompt: every message's text, joined.
     :param schema: the reply schema the request carried, if any.
     """
+    if "facts" in (schema or {}).get("properties", {}):
+        return facts_for(prompt, schema)
     memories = [json.loads(line) for line in prompt.splitlines() if _MEMORY_LINE.match(line)]
     cited = memories[:CITED]
     text = "From memory: " + " ".join(m["text"] for m in cited) if cited else "I do not remember anything about that."
@@ -133,12 +153,12 @@ def openai_routes(*, api_key: str | None = None, path: str = "/v1/chat/completio
     return {("POST", path): complete}
 
 
-def openai_reply(content: str, *, finish_reason: str = "stop", status: int = 200) -> Reply:
-    """One scripted chat-completions reply whose message content is ``content``."""
+def openai_reply(content: str, *, finish_reason: str = "stop", status: int = 200, delay: float = 0.0) -> Reply:
+    """One scripted chat-completions reply whose message content is ``content``, sent after ``delay`` seconds."""
     return Reply(status, {"id": "chatcmpl-stub", "object": "chat.completion", "model": "stub-model",
                           "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                        "finish_reason": finish_reason}],
-                          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+                          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}, delay=delay)
 
 
 def _text_of(content: Any) -> str:
