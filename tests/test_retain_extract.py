@@ -136,7 +136,7 @@ async def test_a_reply_becomes_facts(server: FixtureServer) -> None:
              occurred_start="2024-06-03", entities=[" Alice ", "job", "alice", ""]),
         fact("Alice moved to Porto", where="Porto", why="rent in Lisbon was too high", fact_kind="event",
              occurred_start="2024-06-05T10:00:00", occurred_end="2024-06-07T18:00:00+02:00",
-             entities=["Alice", "Porto"], causal_relations=[{"target_index": 0, "relation_type": "caused_by"},
+             entities=["Alice", "Porto"], causal_relations=[{"target_index": 0.0, "relation_type": "caused_by"},
                                                             {"target_index": 0, "relation_type": "caused_by"}]),
         fact("I suggested flats near the station", fact_type="assistant", entities=["Porto"], causal_relations=None),
     ))
@@ -148,6 +148,7 @@ async def test_a_reply_becomes_facts(server: FixtureServer) -> None:
     assert moved.text == "Alice moved to Porto | Where: Porto | rent in Lisbon was too high"
     assert moved.occurred_start == datetime(2024, 6, 5, 10, tzinfo=zone)
     assert moved.occurred_end == datetime(2024, 6, 7, 16, tzinfo=UTC) and moved.caused_by == (0,)
+    assert type(moved.caused_by[0]) is int
     assert suggested == Fact("I suggested flats near the station", "experience", entities=("Porto",))
     assert batch.items[0].calls == batch.calls == 1
     assert batch.usage == Usage(10, 5) and batch.usage.as_json()["total_tokens"] == 15

@@ -50,7 +50,7 @@ for everything else, including what the user says about themselves, their prefer
 strings; include "user" when the fact is about the user.
 
 ## Names and dates
-- When the text gives both a role and a name for someone, write both: "Emily (the user's roommate)".
+- When the text gives both a role and a name for someone, write both: "Dana (the user's manager)".
 - Resolve relative dates ("yesterday", "last spring", "tonight") against the Event Date given with the \
 text, and write the resolved date in the fact instead of the relative word. Without an Event Date, \
 leave relative dates as they are and set no occurred dates for them."""

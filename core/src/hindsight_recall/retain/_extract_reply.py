@@ -138,7 +138,7 @@ def unique_names(names: Sequence[str]) -> tuple[str, ...]:
 def _causes(relations: Sequence[Mapping[str, Any]], index: int, count: int, at: str) -> tuple[int, ...]:
     causes: list[int] = []
     for number, relation in enumerate(relations):
-        target = relation["target_index"]
+        target = int(relation["target_index"])  # the schema's integer admits 1.0
         where = f"{at}.causal_relations.{number}.target_index"
         if target == index:
             raise _Refused(f"{where}: {target} is the fact itself; a fact cannot cause itself")
