@@ -195,6 +195,11 @@ def test_another_banks_memories_never_reach_the_model(client: Any, bank: str, ll
     assert "Nimbus" not in prompt(llm).split("## Question")[0]
 
 
+def extracting(body: dict[str, Any]) -> bool:
+    """Whether a model request is a retain's fact extraction (its reply schema is named ``facts``)."""
+    return bool((body.get("response_format") or {}).get("json_schema", {}).get("name") == "facts")
+
+
 def test_mission_and_disposition_shape_the_prompt(client: Any, llm: FixtureServer) -> None:
     shaped, neutral = f"reflect-m-{uuid.uuid4().hex[:8]}", f"reflect-n-{uuid.uuid4().hex[:8]}"
     client.create_bank(shaped, mission="You are Alice's cautious career coach.",
@@ -203,8 +208,9 @@ def test_mission_and_disposition_shape_the_prompt(client: Any, llm: FixtureServe
     for bank_id in (shaped, neutral):
         client.retain(bank_id, "Alice likes green tea.")
         client.reflect(bank_id, "What does Alice drink?")
-    system_shaped = llm.requests_to("POST", PATH)[0].body["messages"][0]["content"]
-    system_neutral = llm.requests_to("POST", PATH)[1].body["messages"][0]["content"]
+    asked = [r for r in llm.requests_to("POST", PATH) if not extracting(r.body)]  # the retains asked too
+    system_shaped = asked[0].body["messages"][0]["content"]
+    system_neutral = asked[1].body["messages"][0]["content"]
     assert "You are Alice's cautious career coach." in system_shaped and "skepticism 5/5" in system_shaped
     assert "empathy 1/5" in system_shaped and "## Disposition" not in system_neutral
     assert f"## Memory bank: {neutral}" in system_neutral

@@ -41,6 +41,7 @@ from .diagnostics import Diagnostics
 from .directives import Directives
 from .documents import Documents
 from .entities import Entities
+from .facts import Facts
 from .graph import Graph
 from .logouts import Logouts
 from .memories import Memories
@@ -119,6 +120,8 @@ class Engine:
         self.operations = Operations(self.db)
         self.browse = Browse(self.db)
         self.diagnostics = Diagnostics(self.db)
+        #: retain's fact extraction (no database: it runs before the write)
+        self.facts = Facts(s, self.plugins)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""
@@ -175,6 +178,7 @@ class Engine:
                 log.info("warm-up recall skipped: %s", exc)
 
     async def close(self) -> None:
+        await self.facts.close()
         await self.rerank.close()
         await self.db.close()
 

@@ -1,11 +1,13 @@
 """Retains as queued operations: ``async: true`` queues the request and answers at once; a worker runs it.
 
-A queued retain runs in chunks of whole documents, about SERVICE_OPERATION_CHUNK_ITEMS memories each,
-each chunk one transaction that records its progress too. Running it again (after a crash, a shutdown
-or a retry) writes the same memories: documents without an id get ids derived from the operation, and
-what the first run found of the documents it appends to is kept in the operation's plan, so a resumed
-run neither duplicates nor loses anything. The request is checked whole before it is queued
-(:mod:`.retain_body`), and a size limit keeps synchronous retains short (SERVICE_MAX_SYNC_RETAIN_ITEMS).
+A queued retain runs in chunks of whole documents, about SERVICE_OPERATION_CHUNK_ITEMS items each,
+each chunk one transaction that records its progress too; with a retain model, a chunk's facts are
+extracted just before its transaction, so a chunk that committed is never extracted again. Running it
+again (after a crash, a shutdown or a retry) writes the same memories: documents without an id get ids
+derived from the operation, and what the first run found of the documents it appends to is kept in the
+operation's plan, so a resumed run neither duplicates nor loses anything. The request is checked whole
+before it is queued (:mod:`.retain_body`), and a size limit keeps synchronous retains short
+(SERVICE_MAX_SYNC_RETAIN_ITEMS).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from starlette.responses import Response
 from ..engine import Engine
 from ..engine.operations import Operation, chained
 from ..engine.webhooks import Retained
+from ..types import Usage
+from . import facts
 from .base import wake_worker
 from .errors import ServiceError
 from .items import appended, build_memory, item_tags, placements
@@ -108,21 +112,33 @@ async def run(engine: Engine, op: Operation, worker_id: str, chunk_items: int) -
         await queue.record_plan(op, worker_id, plan)
     existing_ids: Mapping[str, list[str]] = plan.get("existing", {})
     where, replaced = placements(op.bank_id, body, existing_ids)
-    done, removed, told = min(op.processed, len(where)), 0, 0
+    done, removed, told, written, usage = min(op.processed, len(where)), 0, 0, 0, Usage()
+    verbatim = not engine.facts.configured
     await queue.progress(op, worker_id, "retaining", done)
     for start, end in spans(where, chunk_items):
         if end <= done:  # committed by an earlier run (a run stopped inside a document redoes it whole)
             continue
-        part = [build_memory(op.bank_id, body, *place, op.created_at) for place in where[start:end]]
-        documents = sorted({document for _, document, _ in where[start:end]} & set(replaced))
+        span = where[start:end]
+        if verbatim:
+            part = [build_memory(op.bank_id, body, *place, op.created_at) for place in span]
+        else:  # the chunk's facts, asked for now: a chunk committed before is never asked for again
+            extracted = await facts.extract(engine, body, [index for index, _, _ in span], op.created_at)
+            part = [m for ms in facts.fact_memories(op.bank_id, body, span, extracted, op.created_at) for m in ms]
+            usage += extracted.usage
+        documents = sorted({document for _, document, _ in span} & set(replaced))
         counted = queue.progress_within(op, worker_id, "retaining", end)
-        events = Retained(op.bank_id, [(document, item_tags(body, index)) for index, document, _ in where[start:end]],
-                          str(op.operation_id), [event_id(op.operation_id, index) for index, _, _ in where[start:end]])
+        events = Retained(op.bank_id, [(document, item_tags(body, index)) for index, document, _ in span],
+                          str(op.operation_id), [event_id(op.operation_id, index) for index, _, _ in span])
         stats = await engine.retain_many({op.bank_id: part}, progress=False,
                                          replace_documents={op.bank_id: documents}, within=chained(counted, events))
         removed += stats.removed
         told += events.recorded
-    return {"items_count": len(body.items), "memories": len(where), "replaced_memories_removed": removed}, told
+        written += len(part)
+    result: dict[str, Any] = {"items_count": len(body.items), "memories": len(where) if verbatim else written,
+                              "replaced_memories_removed": removed, "verbatim": verbatim}
+    if not verbatim:
+        result["usage"] = usage.as_json()
+    return result, told
 
 
 def event_id(operation_id: uuid.UUID, index: int) -> uuid.UUID:

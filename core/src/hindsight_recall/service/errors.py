@@ -29,6 +29,7 @@ from ..errors import (
     lost_worker,
     redact,
 )
+from ..llm.errors import LLMError
 from .wire import wants_extras
 
 log = logging.getLogger("hindsight_recall.service")
@@ -99,6 +100,8 @@ def classify(exc: BaseException) -> ServiceError:
         return ServiceError(504, "timeout", str(exc) or "the request timed out")
     if isinstance(exc, DatabaseError):
         return ServiceError(503, "database_unavailable", str(exc), {"Retry-After": "5"})
+    if isinstance(exc, LLMError):  # the chat model's status and code (502, 504, 501), its problem as the message
+        return ServiceError(exc.status, exc.code, str(exc))
     if isinstance(exc, RecallError):
         return ServiceError(500, "internal_error", str(exc))
     state = getattr(getattr(exc, "orig", exc), "sqlstate", None)

@@ -1,4 +1,5 @@
-"""Upstream retain items as memories, stored verbatim: one item is one memory, no fact extraction.
+"""Upstream retain items as memories, stored verbatim: one item is one memory (without a retain model;
+with one, an item's facts are its memories: :mod:`.facts`).
 
 Ids are derived, not random: a document's ``i``-th item is always the same memory id, so retaining
 a document again updates its memories in place and forgets those it no longer has, in the same
@@ -41,7 +42,7 @@ def item_text(item: MemoryItem, index: int) -> str:
     return "\n".join(parts)
 
 
-def _date(item: MemoryItem, index: int, now: datetime) -> datetime | None:
+def item_date(item: MemoryItem, index: int, now: datetime) -> datetime | None:
     """When the content occurred: the item's timestamp, now when omitted, none for ``"unset"``."""
     value = item.timestamp
     if value is None:
@@ -51,6 +52,11 @@ def _date(item: MemoryItem, index: int, now: datetime) -> datetime | None:
     if value.strip().lower() == "unset":
         return None
     return parse_datetime(value, f"items.{index}.timestamp")
+
+
+def item_entities(item: MemoryItem) -> tuple[str, ...]:
+    """The entities the item names, trimmed, each once."""
+    return tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip()))
 
 
 def check_supported(items: Sequence[MemoryItem], start: int = 0) -> None:
@@ -111,7 +117,7 @@ def item_tags(body: RetainBody, index: int) -> tuple[str, ...]:
 def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, place: int, now: datetime) -> Memory:
     """The memory of item ``index``, the ``place``-th of its document."""
     item = body.items[index]
-    when = _date(item, index, now)
+    when = item_date(item, index, now)
     content = item_text(item, index)
     fields: dict[str, Any] = dict(
         # the item is the memory's source chunk too, as upstream keeps a document's text in chunks
@@ -119,7 +125,7 @@ def build_memory(bank_id: str, body: RetainBody, index: int, document_id: str, p
         occurred_end=when, mentioned_at=when, context=item.context, document_id=document_id,
         metadata=dict(item.metadata or {}),
         tags=item_tags(body, index),
-        entities=tuple(dict.fromkeys(e.text.strip() for e in item.entities or () if e.text.strip())),
+        entities=item_entities(item),
         position=place,
     )
     if not fields["text"].strip():

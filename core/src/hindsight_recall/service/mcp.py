@@ -72,7 +72,8 @@ log = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "Long-term memory. Call `recall` with a question to get the stored memories most relevant to it "
     "(ranked, packed into max_tokens); call `retain` (queued) or `sync_retain` (waits) to store new "
-    "memories verbatim in a bank; `list_banks` shows the banks, `list_memories` a bank's memories."
+    "memories in a bank (verbatim, or as the facts a configured retain model finds); `list_banks` shows the "
+    "banks, `list_memories` a bank's memories."
 )
 
 
@@ -262,7 +263,8 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def retain(
-        content: Annotated[str | None, Field(description="One memory's text, stored verbatim and queued "
+        content: Annotated[str | None, Field(description="The text, stored verbatim (or as the facts the retain "
+                                                         "model finds in it) and queued "
                                                          "(the answer carries the operation id).")] = None,
         context: Annotated[str, Field(description="Where it comes from or what it is about.")] = "general",
         timestamp: Annotated[str | None, Field(description="When it happened (ISO-8601).")] = None,
@@ -270,14 +272,16 @@ def build_server(engine: Engine, *, owned: bool = False, aliases: AliasResolver 
         metadata: Annotated[dict[str, str] | None, Field(description="String keys to string values.")] = None,
         document_id: Annotated[str | None, Field(description="The document it belongs to.")] = None,
         bank_id: BankArg = None,
-        strategy: Annotated[str | None, Field(description="Not supported: this server extracts nothing.")] = None,
+        strategy: Annotated[str | None, Field(
+            description="Not supported: this server has no extraction strategies.")] = None,
         update_mode: Annotated[Literal["replace", "append"] | None, Field(
             description="replace (default) or append to the memories of the same document_id.")] = None,
         memories: Annotated[list[MemoryItem] | None, Field(
             min_length=1, description="Instead of content: several memories, stored before the answer "
                                       "(all or nothing), with their ids.")] = None,
     ) -> dict[str, Any]:
-        """Store memories in a bank verbatim: one (content) in the background, or several (memories) at once."""
+        """Store memories in a bank: one text (content) in the background, verbatim or as the facts the retain model
+        finds in it, or several memories as given (memories) at once."""
         if (content is None) == (memories is None):
             raise ToolError("give either content (one memory) or memories (a list of them)")
         if content is not None:

@@ -44,14 +44,16 @@ def _json(body: dict[str, Any]) -> str:
 
 # ---- memories ---------------------------------------------------------------------------------------------
 
-async def retain_now(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
-    """``POST /memories`` without ``async``: the items stored before the answer, a re-sent document
-    replacing its memories; ``retain.completed`` written with them for any webhook."""
+async def retain_now(call: Call, sent: dict[str, Any]) -> memories.Stored:
+    """``POST /memories`` without ``async``: the items stored before the answer (verbatim, or their facts
+    with a retain model), a re-sent document replacing its memories; ``retain.completed`` written with them
+    for any webhook. The call's answer is the route's."""
     engine, bank = call.engine, call.bank
     body: RetainBody = parse_body(_json(sent), RetainBody)
     check_supported(body.items)
-    count, _ = await memories.retain_now(engine, bank, body)
-    return {"success": True, "bank_id": bank, "items_count": count, "async": False, "usage": None}
+    stored = await memories.retain_now(engine, bank, body)
+    call.answer = stored.answer(bank)
+    return stored
 
 
 async def retain_later(call: Call, sent: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from pydantic import Field
 from ..types import Budget, TagsMatch
 from . import mcp_answers as answers
 from . import operations
-from .items import memory_id
 from .mcp_calls import ToolCalls
 from .reflect import reflection
 
@@ -44,22 +43,23 @@ def register(server: MCPServer[Any], calls: ToolCalls) -> list[Callable[..., Any
 
     @server.tool(annotations=WRITING)
     async def sync_retain(
-        content: Annotated[str, Field(description="The memory's text, stored verbatim.")],
+        content: Annotated[str, Field(
+            description="The text, stored verbatim or as the facts the retain model finds in it.")],
         context: Annotated[str, Field(description="Where it comes from or what it is about.")] = "general",
         timestamp: Annotated[str | None, Field(description="When it happened (ISO-8601).")] = None,
         tags: Annotated[list[str] | None, Field(description="Labels recall's tags filter matches.")] = None,
         metadata: Annotated[dict[str, str] | None, Field(description="String keys to string values.")] = None,
         document_id: Annotated[str | None, Field(description="The document it belongs to.")] = None,
         bank_id: BankArg = None,
-        strategy: Annotated[str | None, Field(description="Not supported: this server extracts nothing.")] = None,
+        strategy: Annotated[str | None, Field(
+            description="Not supported: this server has no extraction strategies.")] = None,
     ) -> dict[str, Any]:
-        """Store one memory and wait until it is stored and recallable; returns its id."""
+        """Store one text and wait until it is stored and recallable; returns the ids of its memories."""
         document = document_id or str(uuid.uuid4())
         sent = {"items": [retain_item(content, context, timestamp, tags, metadata, document, strategy)]}
         async with calls.writing(bank_id, "retain", "POST", "/memories", sent) as call:
-            call.answer = await answers.retain_now(call, sent)
-        return {"status": "completed", "message": "Memory stored successfully",
-                "memory_ids": [memory_id(call.bank, document, 0)]}
+            stored = await answers.retain_now(call, sent)
+        return {"status": "completed", "message": "Memory stored successfully", "memory_ids": stored.memory_ids}
 
     @server.tool(annotations=READING)
     async def list_banks(

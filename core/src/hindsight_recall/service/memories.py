@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,11 +21,11 @@ from ..errors import DocumentChanged, QueryTooLong, RetainError
 from ..jsonl import parse_datetime, parse_memory
 from ..limits import key_problem
 from ..recall.trace import phase_sink
-from ..types import FACT_TYPES, Memory, TagsMatch
-from . import async_retain, retain_body
+from ..types import FACT_TYPES, Memory, TagsMatch, Usage
+from . import async_retain, facts, retain_body
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, int_query, text_query, texts_query, wake_worker
 from .errors import ServiceError
-from .items import appended, build_memories
+from .items import appended, build_memories, item_tags, placements
 from .ops import Admission
 from .schemas import UNSUPPORTED, ImportBody, RecallBody, RetainBody, UpdateMemoryBody
 from .wire import answer
@@ -35,16 +36,41 @@ APPEND_ATTEMPTS = 5
 UNLIMITED = 2**31 - 1
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What a synchronous retain stored: its items, the memories they became, what the model cost."""
 
-async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> tuple[int, bool]:
+    items: int
+    memory_ids: list[str]
+    #: tokens of the model's calls; ``None`` when the items were stored verbatim (no retain model)
+    usage: Usage | None
+    #: whether a webhook event was written with the memories
+    told: bool
+
+    def answer(self, bank_id: str) -> dict[str, Any]:
+        """Upstream's RetainResponse, with ours: ``verbatim`` and the number of ``memories``."""
+        return {"success": True, "bank_id": bank_id, "items_count": self.items, "async": False,
+                "usage": None if self.usage is None else self.usage.as_json(), "verbatim": self.usage is None,
+                "memories": len(self.memory_ids)}
+
+
+async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> Stored:
     """Store a retain's items before answering, a re-sent document replacing its memories and an appended one
     numbered again when another write appended first; ``retain.completed`` for any webhook written with the
-    memories, in their transaction. Returns how many memories were stored and whether an event was written."""
+    memories, in their transaction. With a retain model, the items' facts are extracted first (nothing is
+    written when that fails) and become the memories, all in one transaction."""
     retain_body.check_sync_size(body, engine.settings)
+    now = datetime.now(UTC)
+    found = await facts.extract(engine, body, range(len(body.items)), now) if engine.facts.configured else None
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         existing = await engine.document_memory_ids(bank_id, appended(body))
-        memories, replaced = build_memories(bank_id, body, existing)
-        events = Retained(bank_id, [(m.document_id, m.tags) for m in memories])
+        if found is None:
+            memories, replaced = build_memories(bank_id, body, existing)
+            events = Retained(bank_id, [(m.document_id, m.tags) for m in memories])
+        else:
+            where, replaced = placements(bank_id, body, existing)
+            memories = [m for ms in facts.fact_memories(bank_id, body, where, found, now) for m in ms]
+            events = Retained(bank_id, [(document, item_tags(body, index)) for index, document, _ in where])
         try:
             await engine.retain(bank_id, memories, progress=False, replace_documents=replaced,
                                 document_sizes={d: len(ids) for d, ids in existing.items()}, within=events)
@@ -52,22 +78,24 @@ async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> tuple[in
         except DocumentChanged:  # another write appended to the same document first: number again
             if attempt == APPEND_ATTEMPTS:
                 raise
-    return len(memories), bool(events.recorded)
+    return Stored(len(body.items), [m.id for m in memories], None if found is None else found.usage,
+                  bool(events.recorded))
+
 
 @endpoint
 async def retain(request: Request) -> Response:
-    """Store the items verbatim, all or nothing; a re-sent document replaces its memories. With
-    ``async: true`` the retain is queued as an operation and the answer carries its id."""
+    """Store the items, all or nothing: verbatim, or as the facts the retain model finds in them; a re-sent
+    document replaces its memories. With ``async: true`` the retain is queued as an operation and the
+    answer carries its id."""
     bank_id = bank_of(request)
     engine = engine_of(request)
     body = await retain_body.retain_body(request, engine.settings)
     if isinstance(body, retain_body.Queued):
         return await async_retain.submit(request, engine, bank_id, body)
-    count, queued = await retain_now(engine, bank_id, body)
-    if queued:
+    stored = await retain_now(engine, bank_id, body)
+    if stored.told:
         wake_worker(request)
-    return answer(request, "RetainResponse", {"success": True, "bank_id": bank_id, "items_count": count,
-                                              "async": False, "usage": None})
+    return answer(request, "RetainResponse", stored.answer(bank_id))
 
 
 @endpoint

@@ -82,7 +82,7 @@ class EntityInput(_Body):
 
 
 class MemoryItem(_Body):
-    """One item of a retain: stored verbatim as one memory (no fact extraction)."""
+    """One item of a retain: stored verbatim as one memory, or as its facts with a retain model."""
 
     content: str | list[dict[str, Any]]
     timestamp: datetime | str | None = None
@@ -170,7 +170,8 @@ UNSUPPORTED = {
     "tag_groups": "compound tag groups are not supported by hindsight-recall; use tags with tags_match",
     "observation_scopes": "hindsight-recall does not consolidate observations, so observation_scopes has no "
                           "meaning here; retain observations directly with the import endpoint",
-    "strategy": "hindsight-recall stores items verbatim and has no extraction strategies",
+    "strategy": "hindsight-recall has no extraction strategies: retain stores items verbatim, or extracts facts "
+                "with the one configured retain model",
 }
 
 

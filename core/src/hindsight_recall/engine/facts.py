@@ -1,0 +1,57 @@
+"""Retain's fact extraction, as the engine offers it: the chat model ``RETAIN_LLM_*`` names, built once.
+
+A retain with a model configured sends its items here before it writes anything, so that a model that
+fails leaves the bank as it was; the faces turn the facts into memories and write them with
+:meth:`~hindsight_recall.engine.Engine.retain` in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..retain.extract import BatchExtraction as BatchExtraction  # re-exported: what the faces read
+from ..retain.extract import Extraction as Extraction
+from ..retain.extract import RetainItem as RetainItem
+from ..retain.extract import create_retain_llm, extract_batch, has_retain_model
+from ..retain.extract import to_memories as to_memories
+
+if TYPE_CHECKING:
+    from ..plugins import PluginManager
+    from ..protocols import LLMProvider
+    from ..settings import Settings
+
+
+class Facts:
+    """Extract the facts of retain items with the configured chat model.
+
+    :param settings: the engine's settings.
+    :param plugins: the plugin manager holding the ``llm`` providers.
+    """
+
+    def __init__(self, settings: Settings, plugins: PluginManager) -> None:
+        self._settings, self._plugins = settings, plugins
+        self._llm: LLMProvider | None = None
+
+    @property
+    def configured(self) -> bool:
+        """Whether retain goes through a chat model; without one, items are stored verbatim."""
+        return has_retain_model(self._settings)
+
+    async def extract(self, items: Sequence[RetainItem]) -> BatchExtraction:
+        """Every item's facts, all their chunks asked for at once within ``RETAIN_LLM_MAX_CONCURRENT``.
+
+        :param items: the items, in order.
+        :raises LLMError: the model failed, timed out or gave an unusable reply (after its retries and
+            one repair); ``LLMNotConfigured`` when none is configured or it cannot be built.
+        """
+        if self._llm is None:
+            self._llm = create_retain_llm(self._settings, self._plugins)
+        return await extract_batch(self._llm, self._settings, items)
+
+    async def close(self) -> None:
+        """Close the model's connections, if it was built."""
+        llm, self._llm = self._llm, None
+        close = getattr(llm, "close", None)
+        if close is not None:
+            await close()
