@@ -46,13 +46,14 @@ async def extract(engine: Engine, body: RetainBody, indexes: Sequence[int], now:
     """The facts of items ``indexes``, all asked for at once; nothing is written.
 
     :raises ServiceError: the model failed, timed out or answered unusably: its status and code, and a
-        message saying nothing was retained.
+        message saying what went wrong and that these items were not retained.
     """
     items = [retain_item(body, index, now) for index in indexes]
     try:
         batch = await engine.facts.extract(items)
     except LLMError as exc:
-        raise ServiceError(exc.status, exc.code, f"fact extraction failed, so nothing was retained: {exc}") from None
+        raise ServiceError(exc.status, exc.code,
+                           f"fact extraction failed, so the items it was for were not retained: {exc}") from None
     return Extracted(dict(zip(indexes, batch.items, strict=True)), batch.usage)
 
 
