@@ -1,7 +1,8 @@
 """Upstream routes this server does not serve: each answers 501 with a JSON error naming it and why.
 
-Each needs a model's work, which this server does not do (reflect aside), or a store it does not
-keep; the message says which. A client calling one learns that at once, never from a bare 404.
+Each needs a model's work this server does not do (its model extracts retain's facts and answers
+reflect, nothing else), or a store it does not keep; the message says which. A client calling one
+learns that at once, never from a bare 404.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from starlette.routing import Route
 
 from .errors import ServiceError, error_response
 
-#: why the routes whose work is a model's are not served (reflect, one recall and one answer, is)
-MODEL_WORK = "this server runs no model-written steps besides reflect's answer"
+#: why the routes whose work is a model's are not served (retain's facts and reflect's answer are)
+MODEL_WORK = "this server's model writes nothing but retain's facts and reflect's answer"
 #: why the mental-model routes that write are not served
 WRITTEN = "mental models are written by a model (a long-lived reflect), which this server does not do"
-CONSOLIDATION = f"{MODEL_WORK}: consolidating memories into observations is one"
+CONSOLIDATION = f"{MODEL_WORK}: it does not consolidate memories into observations"
 B = "/v1/default/banks/{bank_id}"
 
 #: (path, methods, reason): every upstream route answered 501, literal paths before ``{param}`` ones
@@ -28,13 +29,14 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/knowledge-base/pages", ("POST",), f"{WRITTEN}; a knowledge page is a mental model"),
     (f"{B}/knowledge-base/folders", ("POST",), "knowledge-base folders hold knowledge pages (mental models), "
                                                "which this server does not keep"),
-    (f"{B}/memories/dry-run-extract", ("POST",), f"{MODEL_WORK}: fact extraction is one (retain stores items "
-                                                 "verbatim)"),
-    (f"{B}/prompts/preview", ("POST",), f"{MODEL_WORK}: there are no extraction prompts to preview"),
-    (f"{B}/entities/{{entity_id}}/regenerate", ("POST",), f"{MODEL_WORK}: entity observations are written by one"),
-    (f"{B}/documents/{{document_id}}/reprocess", ("POST",), f"{MODEL_WORK}: reprocessing re-runs fact extraction"),
-    (f"{B}/files/retain", ("POST",), f"{MODEL_WORK}: files are converted and their facts extracted by one (retain "
-                                     "text items instead)"),
+    (f"{B}/memories/dry-run-extract", ("POST",), f"{MODEL_WORK}: extraction is not offered without "
+                                                 "storing (retain stores the facts it extracts)"),
+    (f"{B}/prompts/preview", ("POST",), f"{MODEL_WORK}: the extraction prompt is not previewed"),
+    (f"{B}/entities/{{entity_id}}/regenerate", ("POST",), f"{MODEL_WORK}: it writes no entity observations"),
+    (f"{B}/documents/{{document_id}}/reprocess", ("POST",),
+     f"{MODEL_WORK}: reprocessing (extracting a document's facts again) is not offered; retain its items again"),
+    (f"{B}/files/retain", ("POST",), f"{MODEL_WORK}: files are not converted to text here (retain text items "
+                                     "instead)"),
     (f"{B}/consolidate", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation-strategies/preview", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation/recover", ("POST",), CONSOLIDATION),
