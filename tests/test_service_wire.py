@@ -27,7 +27,6 @@ import jsonschema
 import pytest
 from hindsight_recall.service.unserved import UNSERVED
 from hindsight_recall.service.wire import EXTRAS, ROWS_KEEP_NULLS, schemas, shape
-from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import openai_routes
 from hindsight_recall.testing.service import ServerThread
@@ -155,14 +154,11 @@ def test_every_served_route_answers_upstreams_exact_shape(server: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def working(llm: FixtureServer, make_settings: Callable[..., Settings]) -> Iterator[Any]:
-    """``serve`` with its queue worker, for what completed operations show."""
-    running = ServerThread(make_settings(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
-                                         llm_model="stub-model", llm_max_retries=0, llm_timeout=5)).start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def working(llm: FixtureServer, serve: Callable[..., ServerThread]) -> ServerThread:
+    """``serve`` with its queue worker, for what completed operations show; on a database of its own, so
+    no operation another module left queued runs before its own."""
+    return serve(own_database=True, llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
+                 llm_model="stub-model", llm_max_retries=0, llm_timeout=5)
 
 
 def retained(http: httpx.Client, b: str, items: list[dict[str, Any]]) -> str:
