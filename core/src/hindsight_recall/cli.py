@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from . import cli_banks, cli_remote
+from . import cli_banks, cli_bench, cli_remote
 from .cli_engine import open_engine, run
 from .errors import describe_error
 from .types import FACT_TYPES, Budget, TagsMatch
@@ -261,6 +261,7 @@ def bench_recall(memories: Path, queries: Path, budget: str, max_tokens: int, ou
 
 
 bench.add_command(bench_recall, "locomo")  # its first name, kept
+cli_bench.register(bench)
 
 
 @bench.command("scale")

@@ -108,7 +108,7 @@ class FixtureServer:
 
     def start(self) -> FixtureServer:
         """Bind an ephemeral port and serve in a daemon thread."""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _Server(("127.0.0.1", 0), _handler_for(self))
         # A short poll interval keeps stop() fast; the default half second adds up over many tests.
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.02,), name="fixture-http", daemon=True
@@ -149,6 +149,11 @@ class FixtureServer:
     def _done(self) -> None:
         with self._lock:
             self.in_flight -= 1
+
+
+class _Server(ThreadingHTTPServer):
+    # socketserver's backlog of 5 drops connections when dozens of calls open at once (retain's extraction)
+    request_queue_size = 128
 
 
 def _handler_for(server: FixtureServer) -> type[BaseHTTPRequestHandler]:
