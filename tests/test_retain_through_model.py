@@ -1,8 +1,8 @@
 """Retain through ``serve`` with a chat model configured for it, against a real OpenAI-speaking stand-in on
 127.0.0.1: an item becomes its facts (listed with dates and entities, kept in their document, recalled with
 their chunk, linked by their causes, and ranked above the verbatim turns that echo them), a model that fails
-writes nothing, an async retain extracts each chunk once, and without a model (or with
-``RETAIN_LLM_PROVIDER=none``) retain stays verbatim.
+writes nothing, an async retain extracts each chunk once, ``/metrics`` counts the model's calls and tokens, and
+without a model (or with ``RETAIN_LLM_PROVIDER=none``) retain stays verbatim.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import openai_reply, openai_routes
 from hindsight_recall.testing.service import ServerThread
+from prometheus_client.parser import text_string_to_metric_families
 
 KEY = "sk-retain-wire-key-1234567890"
 PATH = "/v1/chat/completions"
@@ -263,6 +264,47 @@ def test_a_failed_async_retain_resumes_after_its_committed_chunk(http: httpx.Cli
     asked = extractions(llm)
     assert sum("Gus bakes and sells bread." in m for m in asked) == 1  # the committed chunk, asked once
     assert sum("Hana runs." in m for m in asked) == 3  # twice failing, once on the retry
+
+
+# ---- what the model cost, on /metrics ---------------------------------------------------------------------
+
+def spent(http: httpx.Client) -> dict[str, float]:
+    """The retain model's counters on ``/metrics``: ``calls``, and tokens by kind (``input``, ``output``)."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "hindsight_retain_llm_calls_total":
+                found["calls"] = sample.value
+            elif sample.name == "hindsight_retain_llm_tokens_total":
+                found[sample.labels["kind"]] = sample.value
+    return found
+
+
+def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before[key] for key in after}
+
+
+def test_metrics_count_the_model_calls_and_tokens_of_retains(http: httpx.Client, llm: FixtureServer) -> None:
+    """A synchronous retain, an async one and a failed one: the counters grow by the calls made and the
+    tokens the answers' ``usage`` reports; a failed extraction adds nothing."""
+    b = new_bank()
+    start = spent(http)
+    usage = http.post(f"{b}/memories", json={"items": [{"content": CHAT}]}).json()["usage"]
+    after_sync = spent(http)
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert grew(start, after_sync) == {"calls": 1, "input": usage["input_tokens"], "output": usage["output_tokens"]}
+
+    items = [{"content": "Ivo fishes.", "document_id": "ivo"}, {"content": "Jo rows.", "document_id": "jo"}]
+    queued = http.post(f"{b}/memories", json={"items": items, "async": True}).json()
+    usage = wait_for(http, b, queued["operation_id"], "completed")["result_metadata"]["usage"]
+    after_async = spent(http)
+    assert grew(after_sync, after_async) == {"calls": 2, "input": usage["input_tokens"],
+                                             "output": usage["output_tokens"]}
+    assert len(extractions(llm)) == 3
+
+    llm.script("POST", PATH, *[Reply(500, {"error": {"message": "overloaded"}})] * 2)
+    assert http.post(f"{b}/memories", json={"items": [{"content": "Kim hikes."}]}).status_code == 502
+    assert spent(http) == after_async
 
 
 # ---- without a model ------------------------------------------------------------------------------------
