@@ -249,11 +249,16 @@ async def test_5xx_until_the_retries_run_out_names_the_status(server: FixtureSer
     assert KEY not in str(failed.value)
 
 
-async def test_a_slow_model_hits_the_retain_timeout(server: FixtureServer) -> None:
+@pytest.mark.parametrize(("timeouts", "named"), [
+    ({"llm_timeout": 30, "retain_llm_timeout": 0.2}, "HINDSIGHT_API_RETAIN_LLM_TIMEOUT=0.2 s"),
+    ({"llm_timeout": 0.2}, "HINDSIGHT_API_LLM_TIMEOUT=0.2 s"),
+], ids=["retain-timeout", "llm-timeout"])
+async def test_a_slow_model_hits_the_timeout_and_names_the_variable_that_set_it(
+        server: FixtureServer, timeouts: dict[str, float], named: str) -> None:
     server.script("POST", PATH, openai_reply('{"facts": []}', delay=2))
-    with pytest.raises(LLMTimeout, match="did not answer within"):
-        await run(settings(server, llm_timeout=30, retain_llm_timeout=0.2, retain_llm_max_retries=0),
-                  RetainItem("Alice likes tea."))
+    with pytest.raises(LLMTimeout, match="did not answer within") as failed:
+        await run(settings(server, retain_llm_max_retries=0, **timeouts), RetainItem("Alice likes tea."))
+    assert f"within {named} (1 attempt(s))" in str(failed.value)
 
 
 async def test_one_failed_chunk_fails_the_batch(server: FixtureServer) -> None:
@@ -344,6 +349,7 @@ def test_unset_retain_settings_fall_back_to_the_llm_ones() -> None:
     assert (model.llm_provider, model.llm_model, model.llm_base_url, model.llm_timeout, model.llm_max_retries,
             model.llm_max_concurrent) == ("openai", "stub-model", "http://h:1/v1", 9, 2, 7)
     assert model.llm_api_key is not None and model.llm_api_key.get_secret_value() == KEY
+    assert model.variable("llm_timeout") == "HINDSIGHT_API_LLM_TIMEOUT"
 
 
 def test_retain_settings_override_the_llm_ones() -> None:
@@ -356,6 +362,10 @@ def test_retain_settings_override_the_llm_ones() -> None:
         ("openai", "big", "http://r:2/v1", 3, 0, 0.5, 2, 1)
     assert model.llm_api_key is not None and model.llm_api_key.get_secret_value() == "sk-other"
     assert (config.llm_model, config.llm_timeout) == ("stub-model", 5)
+    assert (model.variable("llm_timeout"), model.variable("llm_model")) == \
+        ("HINDSIGHT_API_RETAIN_LLM_TIMEOUT", "HINDSIGHT_API_RETAIN_LLM_MODEL")
+    assert (config.variable("llm_timeout"), model.variable("llm_stream")) == \
+        ("HINDSIGHT_API_LLM_TIMEOUT", "HINDSIGHT_API_LLM_STREAM")
 
 
 def test_a_retain_provider_of_its_own_brings_its_own_default_model() -> None:

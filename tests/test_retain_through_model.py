@@ -1,7 +1,8 @@
 """Retain through ``serve`` with a chat model configured for it, against a real OpenAI-speaking stand-in on
 127.0.0.1: an item becomes its facts (listed with dates and entities, kept in their document, recalled with
-their chunk, linked by their causes), a model that fails writes nothing, an async retain extracts each
-chunk once, and without a model (or with ``RETAIN_LLM_PROVIDER=none``) retain stays verbatim.
+their chunk, linked by their causes, and ranked above the verbatim turns that echo them), a model that fails
+writes nothing, an async retain extracts each chunk once, ``/metrics`` counts the model's calls and tokens, and
+without a model (or with ``RETAIN_LLM_PROVIDER=none``) retain stays verbatim.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import openai_reply, openai_routes
 from hindsight_recall.testing.service import ServerThread
+from prometheus_client.parser import text_string_to_metric_families
 
 KEY = "sk-retain-wire-key-1234567890"
 PATH = "/v1/chat/completions"
@@ -144,6 +146,52 @@ def test_causes_in_a_reply_become_causal_links(http: httpx.Client, llm: FixtureS
     assert http.get(f"{b}/stats").json()["links_by_link_type"].get("causes") == 1
 
 
+# ---- facts beat verbatim turns ---------------------------------------------------------------------------
+
+#: a user turn stating a fact, and the long reply that echoes it among much else, as chat logs go
+USER_TURN = "User: I'm making a photo album for my sister Maya's 30th birthday. Any tips?"
+ASSISTANT_TURN = (
+    "Assistant: What a lovely idea! A photo album for your sister Maya's 30th birthday is a gift she will treasure, "
+    "and making it yourself makes it even more personal. Here are some tips for your sister's album. "
+    "1. Start early: gathering photos from family and friends always takes longer than you expect, so ask your "
+    "parents, cousins and your sister's closest friends to send you their favourite pictures of her. "
+    "2. Pick a theme: you could tell the story of her life decade by decade, or organise the album around the "
+    "places she has lived, the trips you took together, or the moments she would call her best. "
+    "3. Mix in mementos: ticket stubs, postcards, pressed flowers and handwritten notes make the pages feel alive. "
+    "4. Add captions: a short line under each photo, a date, a place or an inside joke, helps her remember. "
+    "5. Ask for messages: invite the people who love her to write a few sentences for a page of wishes. "
+    "6. Personalise the cover: have your sister's name, Maya, embossed on it with the year she was born. "
+    "7. Choose good materials: acid-free paper and a sturdy binding keep the album looking new for decades. "
+    "8. Leave a few empty pages at the end so that she can keep adding memories after her birthday. "
+    "I hope your sister Maya loves it, and happy 30th birthday to her!")
+#: what a model makes of each turn
+USER_FACT = "The user's sister is named Maya; she turns 30 and the user is making her a photo album."
+ASSISTANT_FACT = ("The assistant suggested tips for the photo album for Maya: start early, pick a theme, add "
+                  "mementos, captions and messages from friends, emboss Maya's name on the cover, use acid-free paper.")
+
+
+def test_a_fact_outranks_the_turns_that_echo_it(
+        http: httpx.Client, llm: FixtureServer, serve: Callable[..., ServerThread]) -> None:
+    """The same two turns, stored verbatim and through the model, asked about the user's fact with the default
+    recall: verbatim, the assistant's echo says more of the question's words and ranks above the user's own
+    turn (in spite of the bank's length prior); through the model, the user's fact ranks first."""
+    question = {"query": "What is my sister's name?"}
+    verbatim_url = serve().url  # no retain model: every turn is one memory
+    verbatim, through = new_bank(), new_bank()
+    with httpx.Client(base_url=verbatim_url, headers=EXTRAS, timeout=60) as plain:
+        for turn in (USER_TURN, ASSISTANT_TURN):  # one request per turn, as a chat log is retained
+            assert plain.post(f"{verbatim}/memories", json={"items": [{"content": turn}]}).json()["verbatim"] is True
+        ranked = [r["text"] for r in plain.post(f"{verbatim}/memories/recall", json=question).json()["results"]]
+    assert llm.requests_to("POST", PATH) == []
+    assert sorted(ranked) == sorted([USER_TURN, ASSISTANT_TURN]) and ranked[0] == ASSISTANT_TURN
+
+    for turn, what in ((USER_TURN, USER_FACT), (ASSISTANT_TURN, ASSISTANT_FACT)):
+        llm.script("POST", PATH, openai_reply(json.dumps({"facts": [fact(what, entities=["Maya"])]})))
+        assert http.post(f"{through}/memories", json={"items": [{"content": turn}]}).json()["memories"] == 1
+    ranked = [r["text"] for r in http.post(f"{through}/memories/recall", json=question).json()["results"]]
+    assert sorted(ranked) == sorted([USER_FACT, ASSISTANT_FACT]) and ranked[0] == USER_FACT
+
+
 # ---- a model that fails writes nothing --------------------------------------------------------------------
 
 BATCH = [{"content": "Erin keeps bees in Lyon.", "document_id": "bees"},
@@ -216,6 +264,47 @@ def test_a_failed_async_retain_resumes_after_its_committed_chunk(http: httpx.Cli
     asked = extractions(llm)
     assert sum("Gus bakes and sells bread." in m for m in asked) == 1  # the committed chunk, asked once
     assert sum("Hana runs." in m for m in asked) == 3  # twice failing, once on the retry
+
+
+# ---- what the model cost, on /metrics ---------------------------------------------------------------------
+
+def spent(http: httpx.Client) -> dict[str, float]:
+    """The retain model's counters on ``/metrics``: ``calls``, and tokens by kind (``input``, ``output``)."""
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "hindsight_retain_llm_calls_total":
+                found["calls"] = sample.value
+            elif sample.name == "hindsight_retain_llm_tokens_total":
+                found[sample.labels["kind"]] = sample.value
+    return found
+
+
+def grew(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before[key] for key in after}
+
+
+def test_metrics_count_the_model_calls_and_tokens_of_retains(http: httpx.Client, llm: FixtureServer) -> None:
+    """A synchronous retain, an async one and a failed one: the counters grow by the calls made and the
+    tokens the answers' ``usage`` reports; a failed extraction adds nothing."""
+    b = new_bank()
+    start = spent(http)
+    usage = http.post(f"{b}/memories", json={"items": [{"content": CHAT}]}).json()["usage"]
+    after_sync = spent(http)
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert grew(start, after_sync) == {"calls": 1, "input": usage["input_tokens"], "output": usage["output_tokens"]}
+
+    items = [{"content": "Ivo fishes.", "document_id": "ivo"}, {"content": "Jo rows.", "document_id": "jo"}]
+    queued = http.post(f"{b}/memories", json={"items": items, "async": True}).json()
+    usage = wait_for(http, b, queued["operation_id"], "completed")["result_metadata"]["usage"]
+    after_async = spent(http)
+    assert grew(after_sync, after_async) == {"calls": 2, "input": usage["input_tokens"],
+                                             "output": usage["output_tokens"]}
+    assert len(extractions(llm)) == 3
+
+    llm.script("POST", PATH, *[Reply(500, {"error": {"message": "overloaded"}})] * 2)
+    assert http.post(f"{b}/memories", json={"items": [{"content": "Kim hikes."}]}).status_code == 502
+    assert spent(http) == after_async
 
 
 # ---- without a model ------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ class GeminiLLM:
             self.name, timeout=settings.llm_timeout, headers={"x-goog-api-key": key} if key else {},
             max_concurrent=settings.llm_max_concurrent, secrets=[key],
             retry=retry_policy(settings.llm_max_retries, settings.llm_initial_backoff, settings.llm_max_backoff),
+            timeout_variable=settings.variable("llm_timeout"),
         )
 
     def body(self, request: ChatRequest) -> dict[str, Any]:

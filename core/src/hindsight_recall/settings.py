@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -399,6 +400,26 @@ class Settings(BaseSettings, BankSettings):
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
             yield name, redact(value) if name == "database_url" and isinstance(value, str) else value
+
+    #: field -> the variable that set it, where that is not the field's own (:meth:`copy_from`)
+    _set_by: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def variable(self, field: str) -> str:
+        """The environment variable that set ``field``, for messages that tell what to change.
+
+        :param field: a field name, e.g. ``llm_timeout``.
+        """
+        return self._set_by.get(field, f"{PREFIX}{field.upper()}")
+
+    def copy_from(self, values: Mapping[str, tuple[str, Any]]) -> Settings:
+        """A copy with other variables' values in some fields' places (an operation's ``<OPERATION>_LLM_*``
+        in its ``LLM_*``), each field then named by the variable that set it (:meth:`variable`).
+
+        :param values: field -> (the variable whose value it takes, that value).
+        """
+        copy = self.model_copy(update={field: value for field, (_, value) in values.items()})
+        copy._set_by = {**self._set_by, **{field: variable for field, (variable, _) in values.items()}}
+        return copy
 
     def server_settings(self) -> dict[str, str]:
         """The embedded server's PostgreSQL settings: sized to the machine, then EMBEDDED_SERVER_SETTINGS."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from hindsight_recall.llm import ChatRequest, LLMError, LLMNotConfigured, LLMTimeout
-from hindsight_recall.llm.select import create_llm
+from hindsight_recall.llm.select import create_llm, operation_settings
 from hindsight_recall.llm.types import Message
 from hindsight_recall.plugins import get_plugin_manager
 from hindsight_recall.settings import Settings, load_settings
@@ -88,8 +88,11 @@ async def test_errors_and_the_key(server: FixtureServer) -> None:
     with pytest.raises(LLMError, match="ended in an error"):
         await ask(settings(server, llm_stream=True))
     server.script("POST", PATH, Reply(delay=3, body={}), Reply(delay=3, body={}))
-    with pytest.raises(LLMTimeout):
+    with pytest.raises(LLMTimeout, match="HINDSIGHT_API_LLM_TIMEOUT=0.3 s"):
         await ask(settings(server, llm_timeout=0.3))
+    server.script("POST", PATH, Reply(delay=3, body={}))
+    with pytest.raises(LLMTimeout, match="HINDSIGHT_API_RETAIN_LLM_TIMEOUT=0.3 s"):  # an operation's own limit
+        await ask(operation_settings(settings(server, retain_llm_timeout=0.3, retain_llm_max_retries=0), "retain"))
 
 
 def test_it_is_chosen_by_name_and_needs_a_key() -> None:

@@ -15,6 +15,7 @@ from ..retain.extract import Extraction as Extraction
 from ..retain.extract import RetainItem as RetainItem
 from ..retain.extract import create_retain_llm, extract_batch, has_retain_model
 from ..retain.extract import to_memories as to_memories
+from ..types import Usage
 
 if TYPE_CHECKING:
     from ..plugins import PluginManager
@@ -32,6 +33,9 @@ class Facts:
     def __init__(self, settings: Settings, plugins: PluginManager) -> None:
         self._settings, self._plugins = settings, plugins
         self._llm: LLMProvider | None = None
+        #: what the extractions that succeeded cost, since the engine was built: model calls (repairs
+        #: included) and their tokens; the service's ``/metrics`` reports them
+        self.calls, self.usage = 0, Usage()
 
     @property
     def configured(self) -> bool:
@@ -47,7 +51,10 @@ class Facts:
         """
         if self._llm is None:
             self._llm = create_retain_llm(self._settings, self._plugins)
-        return await extract_batch(self._llm, self._settings, items)
+        batch = await extract_batch(self._llm, self._settings, items)
+        self.calls += batch.calls
+        self.usage += batch.usage
+        return batch
 
     async def close(self) -> None:
         """Close the model's connections, if it was built."""

@@ -40,7 +40,8 @@ class LLMNotConfigured(LLMError):
 
 
 class LLMTimeout(LLMError):
-    """The chat model did not answer within ``HINDSIGHT_API_LLM_TIMEOUT``."""
+    """The chat model did not answer within ``HINDSIGHT_API_LLM_TIMEOUT`` (or the operation's own, e.g.
+    ``HINDSIGHT_API_RETAIN_LLM_TIMEOUT``)."""
 
     status = 504
     code = "llm_timeout"

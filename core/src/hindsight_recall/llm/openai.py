@@ -101,7 +101,7 @@ class OpenAICompatibleLLM:
         self._http = LLMHTTP(
             self.name, timeout=settings.llm_timeout, headers=headers, max_concurrent=settings.llm_max_concurrent,
             retry=retry_policy(settings.llm_max_retries, settings.llm_initial_backoff, settings.llm_max_backoff),
-            secrets=[key],
+            secrets=[key], timeout_variable=settings.variable("llm_timeout"),
         )
 
     def body(self, request: ChatRequest) -> dict[str, Any]:

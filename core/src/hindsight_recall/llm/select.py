@@ -23,20 +23,22 @@ def operation_settings(settings: Settings, operation: str) -> Settings:
     """The settings an operation's provider reads: its own ``<OPERATION>_LLM_*`` values over the ``LLM_*`` ones.
 
     Providers read only ``LLM_*``, so an operation with a model of its own gets a copy with its values in
-    their place. As upstream, a provider of its own without a model of its own takes that provider's
-    default model rather than ``LLM_MODEL`` (which names a model of the other provider).
+    their place; the copy knows which variable set each (:meth:`Settings.variable`), so that a timeout's
+    message names the one to raise. As upstream, a provider of its own without a model of its own takes
+    that provider's default model rather than ``LLM_MODEL`` (which names a model of the other provider).
 
     :param settings: core settings.
     :param operation: the settings' prefix, e.g. ``retain``.
     """
-    update: dict[str, Any] = {}
+    update: dict[str, tuple[str, Any]] = {}
     for name in OPERATION_FIELDS:
-        value = getattr(settings, f"{operation}_llm_{name}")
+        own = f"{operation}_llm_{name}"
+        value = getattr(settings, own)
         if value is not None:
-            update[f"llm_{name}"] = value
+            update[f"llm_{name}"] = (settings.variable(own), value)
     if "llm_provider" in update and "llm_model" not in update:
-        update["llm_model"] = None
-    return settings.model_copy(update=update) if update else settings
+        update["llm_model"] = (settings.variable(f"{operation}_llm_model"), None)
+    return settings.copy_from(update) if update else settings
 
 
 def provider_name(settings: Settings) -> str | None:

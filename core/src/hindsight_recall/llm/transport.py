@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from ..errors import PREFIX
 from ..http import RetryPolicy, retry_after, shared_limit
 from .errors import LLMError, LLMTimeout
 
@@ -38,6 +39,7 @@ class LLMHTTP:
 
     :param provider: the provider name, to start messages with.
     :param timeout: seconds one attempt may take, from sending to the last byte of the reply.
+    :param timeout_variable: the variable that set ``timeout``, which a timeout's message tells to raise.
     :param retry: when to try again.
     :param headers: sent with every request (the API key among them).
     :param max_concurrent: calls in flight across the process for this provider.
@@ -45,8 +47,10 @@ class LLMHTTP:
     """
 
     def __init__(self, provider: str, *, timeout: float, retry: RetryPolicy, headers: Mapping[str, str],
-                 max_concurrent: int, secrets: Iterable[str] = ()) -> None:
+                 max_concurrent: int, secrets: Iterable[str] = (),
+                 timeout_variable: str = f"{PREFIX}LLM_TIMEOUT") -> None:
         self.provider, self.timeout, self.retry = provider, timeout, retry
+        self.timeout_variable = timeout_variable
         self.headers = dict(headers)
         self.max_concurrent = max_concurrent
         self._secrets = tuple(s for s in secrets if s)
@@ -82,7 +86,7 @@ class LLMHTTP:
                 except TimeoutError:
                     if last:
                         raise LLMTimeout(
-                            f"{where} did not answer within HINDSIGHT_API_LLM_TIMEOUT={self.timeout:g} s "
+                            f"{where} did not answer within {self.timeout_variable}={self.timeout:g} s "
                             f"({attempt + 1} attempt(s)); raise it for a slow model, or check the server"
                         ) from None
                     await asyncio.sleep(self.retry.delay(attempt, None, self.timeout))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 #: request latency buckets (seconds): a warm recall is milliseconds, a large retain many seconds
@@ -38,6 +38,22 @@ class _PoolCollector(Collector):
         yield overflow
 
 
+class _ExtractionCollector(Collector):
+    """What retain's fact extraction has cost the process (the engine keeps the totals), read when scraped."""
+
+    def __init__(self, facts: Any) -> None:
+        self.facts = facts
+
+    def collect(self) -> Any:
+        calls = CounterMetricFamily("hindsight_retain_llm_calls", "Retain model calls of extractions that succeeded")
+        calls.add_metric([], self.facts.calls)
+        yield calls
+        tokens = CounterMetricFamily("hindsight_retain_llm_tokens", "Tokens of those calls", labels=["kind"])
+        tokens.add_metric(["input"], self.facts.usage.input_tokens)
+        tokens.add_metric(["output"], self.facts.usage.output_tokens)
+        yield tokens
+
+
 class ServiceMetrics:
     """The counters and histograms the service records."""
 
@@ -61,6 +77,10 @@ class ServiceMetrics:
     def watch_pool(self, engine: Any) -> None:
         """Report ``engine``'s connection pool at every scrape (once the database is open)."""
         self.registry.register(_PoolCollector(lambda: getattr(engine.db, "engine", None)))
+
+    def watch_extraction(self, engine: Any) -> None:
+        """Report what ``engine``'s retain model has cost (its fact extractions' calls and tokens) at every scrape."""
+        self.registry.register(_ExtractionCollector(engine.facts))
 
     def record_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
