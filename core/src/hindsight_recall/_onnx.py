@@ -2,12 +2,13 @@
 
 The graph is written from the model's safetensors weights (:mod:`._bert_graph`: the BERT encoder,
 mean pooling and normalisation), so neither torch nor transformers is needed, and run with
-``onnxruntime``; it is cached, keyed by the model's path and weights. The local cross-encoder
+``onnxruntime``; it is cached, keyed by the contents of the model's weights and config. The local cross-encoder
 reranker builds its graphs here too (:func:`built`, :func:`inference_session`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -36,15 +37,27 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(model: str, head: Head = "mean") -> str:
-    """A folder name that changes when the model's path, its weights, the head or the graph builder change."""
-    digest = hashlib.sha256(f"{GRAPH_VERSION}:{model}".encode() + (b"" if head == "mean" else f"#{head}".encode()))
+    """A folder name that changes when the model's weights or config, the head or the graph builder change.
+
+    The files' contents decide it, not where they lie: every virtual environment that installs the same
+    model shares one graph (and a reinstall builds none).
+    """
+    digest = hashlib.sha256(f"{GRAPH_VERSION}:{Path(model).name}".encode()
+                            + (b"" if head == "mean" else f"#{head}".encode()))
     path = Path(model)
     if path.is_dir():
         for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")) + [path / CONFIG]:
             if f.exists():
                 stat = f.stat()
-                digest.update(f"{f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+                digest.update(f"{f.name}:{_content_digest(str(f.resolve()), stat.st_size, stat.st_mtime_ns)}".encode())
     return f"{path.name or 'model'}-{digest.hexdigest()[:16]}"
+
+
+@functools.lru_cache(maxsize=64)
+def _content_digest(path: str, size: int, mtime_ns: int) -> str:
+    """A file's BLAKE2 digest, read once per process for each size and modification time it has."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "blake2b").hexdigest()
 
 
 def _mean_pooling_model(model: str) -> tuple[int, bool]:

@@ -486,6 +486,8 @@ def _cargo_build(builder: Builder, crate: Path, name: str, version: str, pg_conf
     builder.run("cargo", "build", "--release", "--lib", "--features", "pg18", *(["--locked"] if locked else []),
                 cwd=crate, env=_cargo_env(pg_config, target))
     shutil.copy(target / "release" / f"lib{name}.so", _pg_dir(pg_config, "pkglibdir") / f"{name}.so")
+    # the build's intermediates take gigabytes (over 5 GB for pg_search); the installation is what is cached
+    shutil.rmtree(target, ignore_errors=True)
     extension = _pg_dir(pg_config, "sharedir") / "extension"
     shutil.copy(crate / "sql" / "install" / f"{name}--{version}.sql", extension / f"{name}--{version}.sql")
     control = (crate / f"{name}.control").read_text().replace("@CARGO_VERSION@", version)
