@@ -106,8 +106,11 @@ class Checked:
         self.seen.setdefault((request.method, template), set()).add(response.status_code)
 
 
-#: upstream's operations answered 410 there too (removed), and the Prometheus text
-GONE = {("GET", "/v1/default/banks/{bank_id}/document-transfer"), ("GET", "/metrics")}
+#: upstream's operations answered 410, here as there (removed or deprecated)
+REMOVED = {("GET", "/v1/default/banks/{bank_id}/document-transfer"),
+           ("POST", "/v1/default/banks/{bank_id}/entities/{entity_id}/regenerate")}
+#: the operations never answered with a success: the 410s, and the Prometheus text (not JSON)
+GONE = REMOVED | {("GET", "/metrics")}
 
 
 #: served routes that read or remove a mental model, a knowledge page or an attachment by id: none is ever
@@ -267,12 +270,15 @@ def scenario(http: httpx.Client, bank: str) -> None:
     assert http.get(f"{b}/documents/nope").status_code == 404
     assert http.patch(f"{b}/documents/diary", json={"tags": ["work", "life"]}).status_code == 200
     chunks = http.get(f"{b}/documents/diary/chunks").json()
+    assert http.post(f"{b}/documents/diary/reprocess").status_code == 200
+    assert http.post(f"{b}/documents/nope/reprocess").status_code == 404
     assert http.get(f"/v1/default/chunks/{chunks['items'][0]['chunk_id']}").status_code == 200
     assert http.get("/v1/default/chunks/nope").status_code == 404
     entities = http.get(f"{b}/entities").json()
     assert http.get(f"{b}/entities/{entities['items'][0]['id']}").status_code == 200
     assert http.get(f"{b}/entities/not-a-uuid").status_code == 400
     assert http.get(f"{b}/entities/graph").status_code == 200
+    assert http.post(f"{b}/entities/{entities['items'][0]['id']}/regenerate").status_code == 410
     assert http.get(f"{b}/graph").status_code == 200
     ops = http.get(f"{b}/operations").json()
     assert ops["operations"]
@@ -412,7 +418,6 @@ def test_the_route_table_in_the_docs_says_what_each_route_does() -> None:
         for method in methods:
             key = f"{method.upper()} {path.replace('/v1/default/banks/{bank_id}', '…')}"
             op = (method.upper(), path)
-            expected[key] = ("501" if op in unserved else "410" if op == ("GET", "/v1/default/banks/{bank_id}/"
-                             "document-transfer") else "served with your model" if path.endswith("/reflect")
-                             else "served")
+            expected[key] = ("501" if op in unserved else "410" if op in REMOVED else "served with your model"
+                             if path.endswith("/reflect") else "served")
     assert {key: re.split(r"[:,(]", status)[0].strip() for key, status in rows.items()} == expected

@@ -12,6 +12,8 @@ from typing import Any
 
 from ..store import chunks, operations
 from ..store import documents as store
+from ..store.document_items import StoredItem as StoredItem  # re-exported: what the faces read
+from ..store.document_items import document_items
 from ..store.documents import TIME_FIELDS as TIME_FIELDS  # re-exported: the axes a page is ordered on
 from ._part import Part, require_bank
 
@@ -20,7 +22,7 @@ Retain = tuple[uuid.UUID, str, dict[str, Any], datetime]
 
 
 class Documents(Part):
-    """Read a bank's documents and chunks, and retag a document."""
+    """Read a bank's documents, their chunks and items, and retag a document."""
 
     async def page(self, bank_id: str, **options: Any) -> dict[str, Any]:
         """A page of the bank's documents with the total: ``search``, ``tags``, ``tags_match``, ``time_field``,
@@ -51,6 +53,12 @@ class Documents(Part):
         """The chunk ``chunk_id`` names (the id names its bank), or ``None``."""
         async with self._transaction("get chunk") as conn:
             return await chunks.get_chunk(conn, chunk_id)
+
+    async def items(self, bank_id: str, document_id: str) -> list[StoredItem] | None:
+        """The document's items as the store keeps them, to retain it again (see
+        :mod:`~hindsight_recall.store.document_items`); ``None`` when the bank has no such document."""
+        async with self._transaction("read a document's items") as conn:
+            return await document_items(conn, bank_id, document_id)
 
     async def retains(self, bank_id: str, document_id: str, *, limit: int,
                       offset: int) -> tuple[list[Retain], int] | None:

@@ -48,6 +48,7 @@ ACTIONS: dict[tuple[str, str], str] = {
     ("DELETE", f"{B}/memories/{{memory_id}}"): "delete_memory",
     ("PATCH", f"{B}/documents/{{document_id:path}}"): "update_document",
     ("DELETE", f"{B}/documents/{{document_id:path}}"): "delete_document",
+    ("POST", f"{B}/documents/{{document_id:path}}/reprocess"): "reprocess_document",
     ("DELETE", f"{B}/operations/{{operation_id}}"): "cancel_operation",
     ("POST", f"{B}/operations/{{operation_id}}/retry"): "retry_operation",
     ("DELETE", f"{B}/operations/{{operation_id}}/delete"): "delete_operation",

@@ -1,4 +1,4 @@
-"""Document and chunk routes: list, get, retag and delete a bank's documents; read their chunks."""
+"""Document and chunk routes: list, get, retag, reprocess and delete a bank's documents; read their chunks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine.documents import TIME_FIELDS
-from . import history
+from . import history, reprocess
 from ._params import bounded_int, checked_text, date_query, path_text, tags_match_query, tags_query
 from .base import bank_of, body_of, choice_query, endpoint, engine_of, text_query
 from .errors import ServiceError
@@ -111,13 +111,14 @@ async def get_chunk(request: Request) -> Response:
 
 
 def routes(banks_path: str) -> list[Route]:
-    """Upstream's document paths (document ids may hold ``/``): ``chunks`` and ``history`` before the
-    document itself."""
+    """Upstream's document paths (document ids may hold ``/``): ``chunks``, ``history`` and ``reprocess``
+    before the document itself."""
     doc = f"{banks_path}/documents/{{document_id:path}}"
     return [
         Route(f"{banks_path}/documents", list_documents, methods=["GET"]),
         Route(f"{doc}/chunks", list_chunks, methods=["GET"]),
         Route(f"{doc}/history", document_history, methods=["GET"]),
+        Route(f"{doc}/reprocess", reprocess.reprocess_document, methods=["POST"]),
         Route(doc, get_document, methods=["GET"]),
         Route(doc, update_document, methods=["PATCH"]),
         Route(doc, delete_document, methods=["DELETE"]),

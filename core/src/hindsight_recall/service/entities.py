@@ -60,10 +60,21 @@ async def entity_graph(request: Request) -> Response:
     return answer(request, "EntityGraphResponse", graph)
 
 
+#: upstream's answer to its deprecated route, for any bank and entity
+REGENERATE_GONE = "This endpoint is deprecated. Entity observations are no longer supported."
+
+
+@endpoint
+async def regenerate_entity(request: Request) -> Response:
+    """Upstream's deprecated regeneration of an entity's observations: 410 there, whatever is asked, and here."""
+    raise ServiceError(410, "gone", REGENERATE_GONE)
+
+
 def routes(banks_path: str) -> list[Route]:
     """``entities/graph`` before ``entities/{entity_id}``."""
     return [
         Route(f"{banks_path}/entities", list_entities, methods=["GET"]),
         Route(f"{banks_path}/entities/graph", entity_graph, methods=["GET"]),
         Route(f"{banks_path}/entities/{{entity_id}}", get_entity, methods=["GET"]),
+        Route(f"{banks_path}/entities/{{entity_id}}/regenerate", regenerate_entity, methods=["POST"]),
     ]
