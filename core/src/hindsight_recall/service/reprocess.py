@@ -52,7 +52,7 @@ async def reprocess_document(request: Request) -> Response:
     payload = retain_request(document_id, items)
     body = await retain_body.read(payload, engine.settings)  # checked as any queued retain is
     if not isinstance(body, retain_body.Queued):
-        raise ValueError("a reprocess is queued")
+        raise AssertionError("an async retain body is always queued")
     queued = await async_retain.queue(engine, bank_id, body, payload)
     wake_worker(request)
     return answer(request, "ReprocessDocumentResponse", {
