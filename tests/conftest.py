@@ -18,6 +18,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from hindsight_recall import Engine, load_settings  # noqa: E402
 from hindsight_recall.settings import Settings  # noqa: E402
 from hindsight_recall.store import embedded  # noqa: E402
+from hindsight_recall.testing.http_server import FixtureServer  # noqa: E402
+from hindsight_recall.testing.llm_server import stand_in_model  # noqa: E402
 from hindsight_recall.testing.service import ServerThread  # noqa: E402
 
 #: tests(citus) sets it: without HINDSIGHT_TEST_DATABASE_URL, the run starts a coordinator and two workers
@@ -142,6 +144,13 @@ def serve(make_settings: Callable[..., Settings], tmp_path_factory: pytest.TempP
             return stack.enter_context(ServerThread(make_settings(**overrides)))
 
         yield start
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FixtureServer]:
+    """The module's stand-in chat model (:func:`~hindsight_recall.testing.llm_server.stand_in_model`)."""
+    with stand_in_model() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -21,9 +21,9 @@ from hindsight_recall.llm.types import Message
 from hindsight_recall.plugins import get_plugin_manager
 from hindsight_recall.settings import Settings, load_settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import openai_reply, openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply, stand_in_model
 
-KEY = "sk-test-secret-1234567890"
+KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"},
                                            "memory_ids": {"type": "array", "items": {"type": "string"}}},
@@ -33,7 +33,7 @@ PROMPT = '## Memories (1)\n{"id": "m1", "text": "Alice likes tea."}\n\n## Questi
 
 @pytest.fixture
 def server() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as fixture:
+    with stand_in_model() as fixture:
         yield fixture
 
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import openai_reply, openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply, openai_routes
 from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
@@ -22,7 +22,7 @@ from hindsight_client_api.exceptions import ApiException  # noqa: E402
 from mcp import Client  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-KEY = "sk-reflect-test-key-0987654321"
+KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
 FACTS = [
     {"content": "Alice works as a data engineer at Helios Robotics in Munich.", "tags": ["work"]},
@@ -36,12 +36,6 @@ class Recommendation(BaseModel):
     recommendation: str
     reasons: list[str]
     confidence: str | None = None
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)

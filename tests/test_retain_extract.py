@@ -32,16 +32,16 @@ from hindsight_recall.retain.extract import (
 )
 from hindsight_recall.settings import Settings, load_settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply, Request
-from hindsight_recall.testing.llm_server import facts_for, openai_reply, openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, facts_for, openai_reply, stand_in_model
 
-KEY = "sk-retain-secret-0987654321"
+KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
 WHEN = datetime(2024, 6, 10, 9, 30, tzinfo=UTC)
 
 
 @pytest.fixture
 def server() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as fixture:
+    with stand_in_model() as fixture:
         yield fixture
 
 

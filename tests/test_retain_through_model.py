@@ -17,11 +17,11 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import openai_reply, openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply
 from hindsight_recall.testing.service import ServerThread
 from prometheus_client.parser import text_string_to_metric_families
 
-KEY = "sk-retain-wire-key-1234567890"
+KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
 CHAT = ("Alice: I moved to Lisbon in May.\n"
         "Bob: Did you start at Helios Robotics?\n"
@@ -31,12 +31,6 @@ CHAT_FACTS = ["Alice: I moved to Lisbon in May.", "Bob: Did you start at Helios 
               "Alice: Yes, I joined Helios Robotics as a data engineer."]
 MODEL = {"llm_provider": "openai", "llm_api_key": KEY, "llm_model": "stub-model", "llm_max_retries": 1,
          "llm_initial_backoff": 0.01, "llm_max_backoff": 0.02, "llm_timeout": 1.0}
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)

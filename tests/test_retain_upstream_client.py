@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hindsight_recall.testing.http_server import FixtureServer
-from hindsight_recall.testing.llm_server import openai_reply, openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply
 from hindsight_recall.testing.service import ServerThread
 
 hindsight_client = pytest.importorskip("hindsight_client")
 from hindsight_client_api import ApiClient, Configuration  # noqa: E402
 from hindsight_client_api.api import DocumentsApi, EntitiesApi, MemoryApi  # noqa: E402
 
-KEY = "sk-retain-client-key-1234567890"
+KEY = STAND_IN_KEY
 CHAT = ("Alice: I got the data engineer job at Helios Robotics!\n"
         "Bob: Congratulations! Are you moving?\n"
         "Alice: Yes, I moved to Lisbon in May 2024 to be close to the office.")
@@ -37,12 +37,6 @@ REPLY = {"facts": [
      "occurred_end": "2024-05-31T23:59:59Z", "entities": ["Alice", "Lisbon", "Helios Robotics"],
      "causal_relations": [{"target_index": 0, "relation_type": "caused_by"}]},
 ]}
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,10 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer
-from hindsight_recall.testing.llm_server import openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY
 from hindsight_recall.testing.service import ServerThread
 
-KEY = "sk-directives-test-key-12345"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
+KEY = STAND_IN_KEY
 
 
 @pytest.fixture(scope="module")

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import openai_reply, openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply
 from hindsight_recall.testing.service import ServerThread
 
-KEY = "sk-reprocess-key-1234567890"
+KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
 MODEL = {"llm_provider": "openai", "llm_api_key": KEY, "llm_model": "stub-model", "llm_max_retries": 1,
          "llm_initial_backoff": 0.01, "llm_max_backoff": 0.02, "llm_timeout": 2.0}
@@ -27,12 +27,6 @@ GONE = "This endpoint is deprecated. Entity observations are no longer supported
 TRIP = {"content": "Dana flew to Oslo. Dana spoke at a conference.", "document_id": "trip",
         "timestamp": "2024-03-01T10:00:00Z", "context": "a travel diary", "tags": ["travel"],
         "metadata": {"source": "diary"}, "entities": [{"text": "Dana"}]}
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ import re
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,13 @@ import pytest
 from hindsight_recall.service.unserved import UNSERVED
 from hindsight_recall.service.wire import EXTRAS, ROWS_KEEP_NULLS, schemas, shape
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY
 from hindsight_recall.testing.service import ServerThread
 
 UPSTREAM = json.loads((Path(__file__).parent / "upstream_openapi_1.1.0.json").read_text())
 #: FastAPI's body for an HTTPException: what upstream answers for an error its operation does not declare
 ERROR = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
-KEY = "sk-wire-test-key-1234567890"
+KEY = STAND_IN_KEY
 
 
 def strict(node: Any, table: dict[str, Any], name: str = "") -> Any:
@@ -128,12 +128,6 @@ def served() -> set[tuple[str, str]]:
     unserved = {(m, p) for p, methods, _ in UNSERVED for m in methods}
     return {(m.upper(), p) for p, methods in UPSTREAM["paths"].items() for m in methods
             if (m.upper(), p) not in unserved | GONE}
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,13 @@ makes one fact of each sentence of the text. Tests queue other replies (malforme
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .http_server import Reply, Request, Routes
+from .http_server import FixtureServer, Reply, Request, Routes
 
 _MEMORY_LINE = re.compile(r'^\{"id": ')
 _TEXT = re.compile(r"<text>\n(?P<text>.*?)\n</text>", re.DOTALL)
@@ -151,6 +152,17 @@ def openai_routes(*, api_key: str | None = None, path: str = "/v1/chat/completio
                                         "finish_reason": "stop"}], "usage": usage})
 
     return {("POST", path): complete}
+
+
+#: the API key :func:`stand_in_model` asks for
+STAND_IN_KEY = "sk-stand-in-key-1234567890"
+
+
+@contextlib.contextmanager
+def stand_in_model() -> Iterator[FixtureServer]:
+    """An OpenAI-speaking chat model on 127.0.0.1 that wants :data:`STAND_IN_KEY`, until the block ends."""
+    with FixtureServer(openai_routes(api_key=STAND_IN_KEY)) as server:
+        yield server
 
 
 def openai_reply(content: str, *, finish_reason: str = "stop", status: int = 200, delay: float = 0.0) -> Reply:
