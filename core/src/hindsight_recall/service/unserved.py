@@ -35,8 +35,6 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/entities/{{entity_id}}/regenerate", ("POST",), f"{MODEL_WORK}: it writes no entity observations"),
     (f"{B}/documents/{{document_id}}/reprocess", ("POST",),
      f"{MODEL_WORK}: reprocessing (extracting a document's facts again) is not offered; retain its items again"),
-    (f"{B}/files/retain", ("POST",), f"{MODEL_WORK}: files are not converted to text here (retain text items "
-                                     "instead)"),
     (f"{B}/consolidate", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation-strategies/preview", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation/recover", ("POST",), CONSOLIDATION),
