@@ -267,7 +267,13 @@ def test_the_route_can_be_turned_off(serve: Callable[..., ServerThread]) -> None
     with httpx.Client(base_url=off.url, timeout=60) as plain:
         response = plain.post(f"/v1/default/banks/{new_bank()}/files/retain", data={"request": "{}"},
                               files=[("files", ONE[0])])
+        features = plain.get("/version").json()["features"]
     assert response.status_code == 404 and "HINDSIGHT_API_ENABLE_FILE_UPLOAD_API" in response.json()["detail"]
+    assert features["file_upload_api"] is False
+
+
+def test_version_says_files_are_served(http: httpx.Client) -> None:
+    assert http.get("/version").json()["features"]["file_upload_api"] is True
 
 
 def test_upstreams_client_uploads_files(server: Any, http: httpx.Client, tmp_path: Path) -> None:

@@ -144,16 +144,13 @@ async def _uploads(request: Request, limit: int) -> tuple[list[Upload], str]:
         raise ServiceError(400, "invalid_request", f"the body is not a multipart upload ({exc})") from None
     try:
         parts = form.getlist("files")
-        options = form.get("request")
-        if not parts or not all(isinstance(part, UploadFile) for part in parts):
+        files = [part for part in parts if isinstance(part, UploadFile)]
+        if not files or len(files) != len(parts):  # a ``files`` field that is not a file is not one
             raise _missing("files")
+        options = form.get("request")
         if not isinstance(options, str):
             raise _missing("request")
-        uploads = []
-        for part in parts:
-            assert isinstance(part, UploadFile)
-            uploads.append(Upload(part.filename or "", part.content_type or "", await part.read()))
-        return uploads, options
+        return [Upload(f.filename or "", f.content_type or "", await f.read()) for f in files], options
     finally:
         await form.close()
 
