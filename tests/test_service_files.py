@@ -311,3 +311,10 @@ def test_with_a_retain_model_a_files_facts_are_extracted(serve: Callable[..., Se
         texts = sorted(m["text"] for m in client.get(f"/v1/default/banks/{bank}/memories/list").json()["items"])
         assert len(texts) == 2 and any("Lisbon" in t for t in texts) and any("drones" in t for t in texts)
     assert llm.requests_to("POST", "/v1/chat/completions")
+
+
+def test_an_upload_is_in_the_audit_log(http: httpx.Client) -> None:
+    bank = new_bank()
+    retained(http, bank, ONE)
+    logged = http.get(f"/v1/default/banks/{bank}/audit-logs").json()["items"]
+    assert [entry["action"] for entry in logged] == ["file_retain"]
