@@ -235,6 +235,13 @@ def scenario(http: httpx.Client, bank: str) -> None:
     assert http.post(f"{b}/memories", json={"items": [{"nope": 1}]}).status_code == 422
     assert http.post(f"{b}/memories", content=b"{not json").status_code == 400
     queued = http.post(f"{b}/memories", json={"items": [{"content": "Carol paints."}], "async": True}).json()
+    files = f"{b}/files/retain"
+    note = ("files", ("note.md", b"# Note\n\nDora sails.", "text/markdown"))
+    assert len(http.post(files, data={"request": "{}"}, files=[note]).json()["operation_ids"]) == 1
+    assert http.post(files, data={"request": "{}"}, files=[("files", ("a.docx", b"PK", "application/x"))]
+                     ).status_code == 415
+    assert http.post(files, data={"request": "{nope"}, files=[note]).status_code == 400
+    assert http.post(files, data={"request": "{}"}).status_code == 422
     assert http.get("/v1/default/banks", params={"q": "wire"}).status_code == 200
     assert http.get("/v1/default/banks", params={"limit": "x"}).status_code == 400
     for body in ({"query": "Where does Alice work?"},

@@ -267,6 +267,11 @@ class Settings(BaseSettings, BankSettings):
     #: items an async retain commits per transaction (its progress is recorded after each)
     service_operation_chunk_items: int = Field(2000, ge=1)
     service_access_log: Literal["text", "json", "off"] = "text"
+    #: ``POST .../files/retain`` (upstream's names): served at all; the most files one request may carry,
+    #: and the most megabytes they may hold together (SERVICE_MAX_BODY_BYTES bounds the request first)
+    enable_file_upload_api: bool = True
+    file_conversion_max_batch_size: int = Field(10, ge=1)
+    file_conversion_max_batch_size_mb: int = Field(100, ge=1)
     #: the most an archive (bank import, restore, clone) may expand to, all entries together, in bytes
     archive_max_bytes: int = Field(256 * 1024 * 1024, ge=1)
     #: the most entries an archive may hold

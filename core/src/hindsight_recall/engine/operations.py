@@ -70,6 +70,18 @@ class Operations(Part):
                 replay = await _replay(conn, bank_id, operation_id, operation_type)
             return replay
 
+    async def submit_all(self, bank_id: str, operation_type: str,
+                         queued: Sequence[tuple[uuid.UUID, str, int, str | None]]) -> None:
+        """Queue several operations of one type in one transaction (the bank is created if needed): all
+        of them or none.
+
+        :param queued: each operation's (new) id, stored request, item count and document id.
+        """
+        async with self._transaction("queueing operations") as conn:
+            await banks.ensure_bank(conn, bank_id)
+            for operation_id, payload, items, document_id in queued:
+                await store.submit(conn, bank_id, operation_id, operation_type, payload, items, document_id)
+
     async def page(self, bank_id: str, *, status: str | None, operation_type: str | None, limit: int,
                    offset: int) -> tuple[list[Operation], int]:
         """A page of the bank's operations, newest first, and how many match in all.

@@ -32,8 +32,6 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/memories/dry-run-extract", ("POST",), f"{MODEL_WORK}: extraction is not offered without "
                                                  "storing (retain stores the facts it extracts)"),
     (f"{B}/prompts/preview", ("POST",), f"{MODEL_WORK}: the extraction prompt is not previewed"),
-    (f"{B}/files/retain", ("POST",), f"{MODEL_WORK}: files are not converted to text here (retain text items "
-                                     "instead)"),
     (f"{B}/consolidate", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation-strategies/preview", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation/recover", ("POST",), CONSOLIDATION),
