@@ -18,10 +18,10 @@ import pytest
 from hindsight_recall.service.files import passages
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer
-from hindsight_recall.testing.llm_server import openai_routes
+from hindsight_recall.testing.llm_server import STAND_IN_KEY
 from hindsight_recall.testing.service import ServerThread
 
-KEY = "sk-files-test-key-1234567890"
+KEY = STAND_IN_KEY
 HTML = b"""<!doctype html><html><head><title>Helios handbook</title><style>p { color: red }</style>
 <script>var secret = "zebra";</script></head><body><h1>Onboarding</h1>
 <p>New engineers meet <b>Priya</b> at the <a href="https://example.com/desk">Munich desk</a>.</p>
@@ -292,16 +292,11 @@ def test_upstreams_client_uploads_files(server: Any, http: httpx.Client, tmp_pat
     assert any("Dolomites" in text for text in recalled(http, bank, "Where did we hike?"))
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as stand_in:
-        yield stand_in
-
-
 def test_with_a_retain_model_a_files_facts_are_extracted(serve: Callable[..., ServerThread],
                                                           llm: FixtureServer) -> None:
-    extracting = serve(llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY, llm_model="stub-model",
-                       llm_max_retries=1, llm_timeout=5)
+    # a database of its own: the module's other servers, which have no model, would take its queued retains
+    extracting = serve(own_database=True, llm_provider="openai", llm_base_url=llm.url + "/v1", llm_api_key=KEY,
+                       llm_model="stub-model", llm_max_retries=1, llm_timeout=5)
     bank = new_bank()
     with httpx.Client(headers=EXTRAS, base_url=extracting.url, timeout=120) as client:
         [op] = retained(client, bank, [("notes.txt", TEXT, "text/plain")],
