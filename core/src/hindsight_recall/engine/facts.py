@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..llm.select import provider_name
 from ..retain.extract import BatchExtraction as BatchExtraction  # re-exported: what the faces read
 from ..retain.extract import Extraction as Extraction
 from ..retain.extract import ExtractionOptions as ExtractionOptions
 from ..retain.extract import RetainItem as RetainItem
-from ..retain.extract import create_retain_llm, extract_batch, has_retain_model
+from ..retain.extract import create_retain_llm, extract_batch, has_retain_model, retain_llm_settings
+from ..retain.extract import prompt_blocks as prompt_blocks
+from ..retain.extract import reply_schema as reply_schema
 from ..retain.extract import to_memories as to_memories
 from ..retain.options import extraction_options
 from ..types import Usage
@@ -45,6 +48,13 @@ class Facts:
     def configured(self) -> bool:
         """Whether retain goes through a chat model; without one, items are stored verbatim."""
         return has_retain_model(self._settings)
+
+    def model_names(self) -> tuple[str | None, str | None]:
+        """Retain's provider and model as the settings name them; ``(None, None)`` without one (the model is
+        ``None`` too when the provider's default is used)."""
+        config = retain_llm_settings(self._settings)
+        provider = provider_name(config)
+        return provider, config.llm_model if provider else None
 
     async def options(self, bank_id: str, overrides: Mapping[str, Any] | None = None) -> ExtractionOptions:
         """What shapes the bank's extractions: the settings, the bank's overrides over them (none for a bank

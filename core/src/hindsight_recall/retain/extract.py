@@ -21,9 +21,17 @@ from typing import TYPE_CHECKING
 from ..http import run_all, shared_limit
 from ..llm.select import create_llm, operation_settings, provider_name
 from ..llm.structured import Outcome, ask_checked
-from ..llm.types import Usage
+from ..llm.types import PromptBlock, Usage
 from ..types import Memory
-from ._extract_prompt import extraction_request, reply_schema, system_prompt, user_message
+from ._extract_prompt import (
+    extraction_request,
+    focus_block,
+    item_block,
+    reply_schema,
+    system_blocks,
+    system_prompt,
+    user_message,
+)
 from ._extract_reply import Fact, Reading, read_facts, unique_names
 from .chunking import chunk_text
 from .options import ExtractionOptions, extraction_options
@@ -34,7 +42,8 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 __all__ = ["BatchExtraction", "Extraction", "ExtractionOptions", "Fact", "RetainItem", "create_retain_llm", "extract",
-           "extract_batch", "extraction_options", "has_retain_model", "retain_llm_settings", "to_memories"]
+           "extract_batch", "extraction_options", "has_retain_model", "prompt_blocks", "reply_schema",
+           "retain_llm_settings", "to_memories"]
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,19 @@ async def extract_batch(llm: LLMProvider, settings: Settings, items: Sequence[Re
     return BatchExtraction(tuple(
         _assemble(chunks, [outcomes[(number, chunk)] for chunk in range(len(chunks))])
         for number, chunks in enumerate(chunked)))
+
+
+def prompt_blocks(options: ExtractionOptions) -> tuple[list[PromptBlock], list[PromptBlock]]:
+    """The parts of the system prompt and of the user's message one chunk's extraction sends under
+    ``options``, the item's values as placeholders (``{content}``, ``{chunk}``, ``{chunks}``, ``{timestamp}``,
+    ``{context}``); the reply must fit ``reply_schema(options.causal_links)``.
+
+    :param options: what shapes the request.
+    """
+    system = system_blocks(options.mode, options.custom_instructions, options.causal_links)
+    item = item_block("{content}", position="{chunk} of {chunks}", when="{timestamp}", context="{context}",
+                      metadata={})
+    return system, [focus_block(options.mission), item]
 
 
 def _assemble(chunks: Sequence[str], outcomes: Sequence[Outcome[Reading]]) -> Extraction:

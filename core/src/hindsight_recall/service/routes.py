@@ -11,6 +11,7 @@ from . import (
     directives,
     documents,
     entities,
+    extraction,
     graph,
     memories,
     mental_models,
@@ -34,5 +35,5 @@ def api_routes() -> list[Route]:
             *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
             *directives.routes(BANKS_PATH), *mental_models.routes(BANKS_PATH), *webhooks.routes(BANKS_PATH),
             *audit.routes(BANKS_PATH), *templates.routes(BANKS_PATH),
-            *observations.routes(BANKS_PATH), *unserved.routes()]
+            *observations.routes(BANKS_PATH), *extraction.routes(BANKS_PATH), *unserved.routes()]
 
