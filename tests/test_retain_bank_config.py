@@ -158,6 +158,16 @@ def test_custom_mode_without_instructions_is_refused_in_the_put_body_and_creates
     assert http.get(b).status_code == 404
 
 
+def test_a_template_with_custom_mode_and_no_instructions_is_refused(http: httpx.Client) -> None:
+    b = new_bank(http)
+    refused = http.post(f"{b}/import", json={"version": "1", "bank": {"retain_extraction_mode": "custom"}})
+    assert refused.status_code == 400 and "retain_custom_instructions" in refused.json()["detail"]
+    template = {"version": "1", "bank": {"retain_extraction_mode": "custom", "retain_custom_instructions": "Dates."}}
+    assert http.post(f"{b}/import", json=template).status_code == 200
+    assert http.get(f"{b}/config").json()["overrides"] == {"retain_extraction_mode": "custom",
+                                                           "retain_custom_instructions": "Dates."}
+
+
 def test_instructions_stored_first_let_custom_mode_follow(http: httpx.Client) -> None:
     b = new_bank(http)
     assert http.patch(f"{b}/config", json={"updates": {"retain_custom_instructions": "Keep names."}}).status_code \
