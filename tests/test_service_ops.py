@@ -244,10 +244,13 @@ def test_defaults_bind_loopback_without_a_key() -> None:
 def test_profile_fields_are_stored_and_llm_fields_named(http: httpx.Client) -> None:
     bank_id = f"ops-{uuid.uuid4().hex[:8]}"
     response = http.put(f"/v1/default/banks/{bank_id}", json={"name": "Alice", "mission": "help",
-                                                                "retain_mission": "x", "enable_reranking": False})
-    assert response.status_code == 200 and response.headers["X-Hindsight-Ignored-Fields"] == "retain_mission"
+                                                                "retain_mission": "x", "enable_reranking": False,
+                                                                "retain_structured_chunk_size": 900})
+    assert response.status_code == 200
+    assert response.headers["X-Hindsight-Ignored-Fields"] == "retain_structured_chunk_size"
     assert response.json()["name"] == "Alice" and response.json()["mission"] == "help"
-    assert http.get(f"/v1/default/banks/{bank_id}/config").json()["overrides"] == {"enable_reranking": False}
+    assert http.get(f"/v1/default/banks/{bank_id}/config").json()["overrides"] == {"enable_reranking": False,
+                                                                                   "retain_mission": "x"}
     assert_error(http.patch(f"/v1/default/banks/{bank_id}/config", json={"updates": {"retain_chunk_size": 9}}),
                  422, "invalid_request")
     # one trait changes alone; the others keep their values

@@ -306,15 +306,17 @@ def test_download_is_per_bank(http: httpx.Client) -> None:
 def test_bank_template_round_trip(http: httpx.Client, client: Any) -> None:
     bank = new_bank(http)
     manifest = {"version": "1", "bank": {"reflect_mission": "Remember customers.", "disposition_empathy": 4,
-                                         "enable_graph_retrieval": False, "retain_mission": "LLM only"}}
+                                         "enable_graph_retrieval": False, "retain_mission": "Keep plans.",
+                                         "observations_mission": "LLM only"}}
     applied = http.post(f"/v1/default/banks/{bank}/import", json=manifest)
     assert applied.status_code == 200 and applied.json()["config_applied"] is True
-    assert applied.headers["X-Hindsight-Ignored-Fields"] == "retain_mission"
+    assert applied.headers["X-Hindsight-Ignored-Fields"] == "observations_mission"
     exported = run(str(http.base_url), lambda c: c.bank_templates.export_bank_template(bank)) \
         if hasattr(client, "bank_templates") else None
     got = http.get(f"/v1/default/banks/{bank}/export").json()
     assert got["version"] == "1" and got["bank"]["reflect_mission"] == "Remember customers."
     assert got["bank"]["disposition_empathy"] == 4 and got["bank"]["enable_graph_retrieval"] is False
+    assert got["bank"]["retain_mission"] == "Keep plans."
     if exported is not None:
         assert exported.bank.reflect_mission == "Remember customers."
     other = new_bank(http)

@@ -258,6 +258,13 @@ def scenario(http: httpx.Client, bank: str) -> None:
     assert http.patch(f"{b}/config", json={"updates": {"recall_rrf_k": 50}}).status_code == 200
     assert http.patch(f"{b}/config", json={"updates": {"nope": 1}}).status_code == 422
     assert http.delete(f"{b}/config").status_code == 200
+    dated = {"content": "Dora paints.\n\nDora sings.", "timestamp": "2024-03-01T10:00:00Z", "retain_chunk_size": 100}
+    assert http.post(f"{b}/memories/dry-run-extract", json=dated).status_code == 200
+    assert http.post(f"{b}/memories/dry-run-extract", json={"content": "x", "retain_chunk_size": 5}).status_code == 400
+    assert http.post(f"{b}/memories/dry-run-extract", json={}).status_code == 422
+    for operation in ("retain", "reflect", "consolidation"):
+        assert http.post(f"{b}/prompts/preview", json={"operation": operation}).status_code == 200
+    assert http.post(f"{b}/prompts/preview", json={"operation": "nope"}).status_code == 422
     listed = http.get(f"{b}/memories/list", params={"limit": 10}).json()
     memory_id = listed["items"][0]["id"]
     assert http.get(f"{b}/memories/list", params={"type": "nope"}).status_code == 400

@@ -50,7 +50,44 @@ MAX_RECALL_WEIGHT = 1000.0
 MAX_SETTING_TEXT = 1000
 
 
-class BankSettings(BaseModel):
+#: the longest retain mission or custom instructions a setting may hold
+MAX_PROMPT_TEXT = 20_000
+
+
+class ExtractionSettings(BaseModel):
+    """The settings that shape retain's fact extraction: the process's, and a bank's or a request's overrides.
+
+    Whether ``custom`` mode has its instructions is checked where the layers meet
+    (:func:`hindsight_recall.retain.options.extraction_options`), since any layer may give either.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    #: characters of an item's content one extraction call reads; longer content is split first
+    retain_chunk_size: int = Field(3000, ge=100)
+    #: ``concise`` keeps what is worth remembering; ``verbose`` keeps every detail; ``custom`` follows
+    #: RETAIN_CUSTOM_INSTRUCTIONS
+    retain_extraction_mode: Literal["concise", "verbose", "custom"] = "concise"
+    retain_extract_causal_links: bool = True
+    #: what this deployment's memories are for; the model weighs what to keep by it
+    retain_mission: str | None = Field(None, max_length=MAX_PROMPT_TEXT)
+    retain_custom_instructions: str | None = Field(None, max_length=MAX_PROMPT_TEXT)
+
+    @field_validator("retain_mission", "retain_custom_instructions")
+    @classmethod
+    def _blank_text_is_unset(cls, value: str | None) -> str | None:
+        value = value.strip() if value is not None else None
+        if value and "\x00" in value:  # PostgreSQL's jsonb cannot hold it
+            raise ValueError("must not contain NUL bytes")
+        return value or None
+
+    @field_validator("retain_extraction_mode", mode="before")
+    @classmethod
+    def _mode_any_case(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class BankSettings(ExtractionSettings):
     """The settings a bank may override in ``banks.config``.
 
     Every value is range-checked when set, so no accepted value can make a later recall fail.
@@ -231,15 +268,8 @@ class Settings(BaseSettings, BankSettings):
     retain_llm_initial_backoff: float | None = Field(None, ge=0)
     retain_llm_max_backoff: float | None = Field(None, ge=0)
     retain_llm_max_concurrent: int | None = Field(None, ge=1)
-    #: characters of an item's content one extraction call reads; longer content is split first
-    retain_chunk_size: int = Field(3000, ge=100)
-    #: ``concise`` keeps what is worth remembering; ``verbose`` keeps every detail; ``custom`` follows
-    #: RETAIN_CUSTOM_INSTRUCTIONS
-    retain_extraction_mode: Literal["concise", "verbose", "custom"] = "concise"
-    retain_extract_causal_links: bool = True
-    #: what this deployment's memories are for; the model weighs what to keep by it
-    retain_mission: str | None = None
-    retain_custom_instructions: str | None = None
+    # RETAIN_CHUNK_SIZE, RETAIN_EXTRACTION_MODE, RETAIN_EXTRACT_CAUSAL_LINKS, RETAIN_MISSION and
+    # RETAIN_CUSTOM_INSTRUCTIONS are ExtractionSettings' (a bank may override them)
     #: the most tokens one extraction reply may take
     retain_max_completion_tokens: int = Field(16384, ge=1)
 
@@ -356,18 +386,13 @@ class Settings(BaseSettings, BankSettings):
         return value.strip().lower()
 
     @field_validator("llm_provider", "llm_model", "llm_base_url", "retain_llm_provider", "retain_llm_model",
-                     "retain_llm_base_url", "retain_mission", "retain_custom_instructions")
+                     "retain_llm_base_url")
     @classmethod
     def _blank_is_unset(cls, value: str | None, info: ValidationInfo) -> str | None:
         value = value.strip() if value is not None else None
         if info.field_name in ("llm_provider", "retain_llm_provider") and value:
             value = value.lower()
         return value or None
-
-    @field_validator("retain_extraction_mode", mode="before")
-    @classmethod
-    def _mode_any_case(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("plugins")
     @classmethod

@@ -248,6 +248,23 @@ class ChatRequest:
 
 
 @dataclass(frozen=True)
+class PromptBlock:
+    """One part of a prompt, for showing it before it is sent: the server's own wording, or a setting's
+    value (``from_setting``: a mission, custom instructions, a bank's name).
+
+    :param heading: a short title for the part.
+    :param field: the setting it shows or depends on (``retain_mission`` ...), if any.
+    :param active: whether the prompt holds it now (a part the settings leave out is inactive).
+    """
+
+    text: str
+    heading: str = ""
+    field: str = ""
+    from_setting: bool = False
+    active: bool = True
+
+
+@dataclass(frozen=True)
 class Usage:
     """Tokens one or more calls consumed, in upstream Hindsight's ``TokenUsage`` fields."""
 

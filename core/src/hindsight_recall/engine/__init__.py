@@ -104,7 +104,7 @@ class Engine:
         self._recalls = asyncio.Semaphore(s.recall_max_concurrent)
         self._ingestor = Ingestor(self.db, self.embedder, self.text_search, s)
         # the engine's parts, by capability: each call takes its own connection and transaction
-        self.banks = Banks(self.db)
+        self.banks = Banks(self.db, s)
         self.directives = Directives(self.db)
         self.memories = Memories(self.db)
         self.documents = Documents(self.db)
@@ -121,7 +121,7 @@ class Engine:
         self.browse = Browse(self.db)
         self.diagnostics = Diagnostics(self.db)
         #: retain's fact extraction (no database: it runs before the write)
-        self.facts = Facts(s, self.plugins)
+        self.facts = Facts(s, self.plugins, self.banks)
 
     def _plugin(self, kind: str, given: Any, name: str) -> Any:
         """The instance given in code, checked; else the plugin the settings name, built from them."""

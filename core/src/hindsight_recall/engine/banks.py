@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BankNotFound
 from ..recall import length_prior
+from ..retain.options import extraction_options
 from ..store import bank_reads
 from ..store import banks as store
 from ..store.bank_reads import PERIODS as PERIODS  # re-exported: the periods a time series covers
@@ -19,9 +20,22 @@ from ..store.bank_reads import SERIES_FIELDS as SERIES_FIELDS
 from ..store.banks import validate_bank_id as validate_bank_id  # re-exported: faces check ids they are given
 from ._part import Part
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from ..settings import Settings
+    from ..store.db import Database
+
 
 class Banks(Part):
-    """List banks; read and change a bank's profile and settings; read what it holds over time."""
+    """List banks; read and change a bank's profile and settings; read what it holds over time.
+
+    :param settings: the process's settings, which a bank's overrides are checked over.
+    """
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        super().__init__(db)
+        self._settings = settings
 
     async def page(self, *, search: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """A page of banks, most recently written first, with their profiles and counts, and how many match
@@ -56,7 +70,7 @@ class Banks(Part):
                 raise BankNotFound(bank_id)
             written = await store.set_bank_profile(conn, bank_id, profile)
             if config:
-                await store.set_bank_config(conn, bank_id, dict(config))
+                await self._set_config(conn, bank_id, config)
             return written
 
     async def add_background(self, bank_id: str, text: str) -> dict[str, Any]:
@@ -80,7 +94,14 @@ class Banks(Part):
         async with self._db.connect() as conn:
             if not create and await store.bank_config(conn, bank_id) is None:
                 raise BankNotFound(bank_id)
-            return await store.set_bank_config(conn, bank_id, dict(values))
+            return await self._set_config(conn, bank_id, values)
+
+    async def _set_config(self, conn: AsyncConnection, bank_id: str, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Store overrides, refused (400, nothing written) when with the process's settings they would make
+        every retain of the bank fail: ``custom`` extraction without instructions."""
+        stored = await store.set_bank_config(conn, bank_id, dict(values))
+        extraction_options(self._settings, stored)
+        return stored
 
     async def reset_config(self, bank_id: str) -> dict[str, Any]:
         """Remove every override: the bank follows the server's settings again.

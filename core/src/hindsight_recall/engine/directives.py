@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import BankNotFound
 from ..store import banks
 from ..store import directives as store
 from ._part import Part, require_bank
@@ -27,6 +28,17 @@ class Directives(Part):
             await require_bank(conn, bank_id)
             return await store.page(conn, bank_id, tags=tags, tags_match=tags_match, active_only=active_only,
                                     limit=limit, offset=offset)
+
+    async def reflect_profile(self, bank_id: str, tags: Sequence[str] | None = None) -> dict[str, Any]:
+        """The bank's profile with the directives a reflect on ``tags`` follows, as reflect's prompt reads it.
+
+        :raises BankNotFound: no such bank.
+        """
+        async with self._transaction("read the bank's profile") as conn:
+            profile = await banks.bank_profile(conn, bank_id)
+            if profile is None:
+                raise BankNotFound(bank_id)
+            return {**profile, "directives": await store.active(conn, bank_id, tags)}
 
     async def create(self, bank_id: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Store a directive; the bank is created if needed, as a retain creates it."""

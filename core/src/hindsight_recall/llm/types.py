@@ -7,6 +7,7 @@ name them; this module is where providers import them from.
 from ..types import ChatReply as ChatReply
 from ..types import ChatRequest as ChatRequest
 from ..types import Message as Message
+from ..types import PromptBlock as PromptBlock
 from ..types import Role as Role
 from ..types import Usage as Usage
 from ..types import as_int as as_int

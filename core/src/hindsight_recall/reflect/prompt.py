@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..llm.types import ChatRequest, Message
+from ..llm.types import ChatRequest, Message, PromptBlock
 
 DEFAULT_ROLE = "You are the memory of an assistant. You answer questions from what you remember, and only from that."
 NEUTRAL = 3
@@ -60,34 +60,47 @@ def disposition_lines(disposition: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def system_prompt(profile: Mapping[str, Any], structured: bool) -> str:
-    """The system prompt for a bank.
+def system_blocks(profile: Mapping[str, Any], structured: bool) -> list[PromptBlock]:
+    """The system prompt's parts for a bank (:func:`system_prompt` joins the active ones).
 
     :param profile: the bank's profile (``name``, ``mission``, ``disposition``, and the ``directives`` that apply).
     :param structured: the reply also carries ``structured_output``.
     """
     mission = (profile.get("mission") or "").strip()
-    lines = [f"## Memory bank: {profile.get('name') or profile.get('bank_id', '')}", "", mission or DEFAULT_ROLE]
+    role = PromptBlock(mission, "Mission", "mission", True) if mission \
+        else PromptBlock(DEFAULT_ROLE, "Mission", "mission")
     disposition = disposition_lines(profile.get("disposition") or {})
-    if disposition:
-        lines += ["", *disposition]
     rules = profile.get("directives") or ()
-    if rules:
-        lines += ["", "## Directives", "Follow these rules in every answer, the first ones first:",
-                  *(f"- {rule['name']}: {rule['content']}" for rule in rules)]
+    directives = ["## Directives", "Follow these rules in every answer, the first ones first:",
+                  *(f"- {rule['name']}: {rule['content']}" for rule in rules)] if rules else []
     shape = '{"answer": "...", "memory_ids": ["..."]' + (', "structured_output": {...}}' if structured else "}")
-    lines += [
-        "", "## How to answer",
+    how = [
+        "## How to answer",
         "- Answer from the memories in the user's message and from nothing else. If they do not hold the "
         "answer, say so plainly; never make up facts.",
         "- `answer` is the answer in Markdown, written for the person who asked.",
         "- `memory_ids` lists the id of every memory the answer relies on, copied exactly; no other ids.",
     ]
     if structured:
-        lines.append("- `structured_output` is the answer again as an object that fits the JSON Schema given "
-                     "in the user's message.")
-    lines += [f"- Reply with one JSON object and nothing else: {shape}"]
-    return "\n".join(lines)
+        how.append("- `structured_output` is the answer again as an object that fits the JSON Schema given "
+                   "in the user's message.")
+    how += [f"- Reply with one JSON object and nothing else: {shape}"]
+    return [PromptBlock(f"## Memory bank: {profile.get('name') or profile.get('bank_id', '')}", "Memory bank", "name",
+                        True),
+            role,
+            PromptBlock("\n".join(disposition), "Disposition", "disposition", True, active=bool(disposition)),
+            PromptBlock("\n".join(directives), "Directives", "directives", True, active=bool(directives)),
+            PromptBlock("\n".join(how), "How to answer")]
+
+
+def system_prompt(profile: Mapping[str, Any], structured: bool) -> str:
+    """The system prompt for a bank (see :func:`system_blocks`)."""
+    return "\n\n".join(block.text for block in system_blocks(profile, structured) if block.active)
+
+
+#: the user's message of :func:`user_prompt` with its values as placeholders
+USER_TEMPLATE = ("Today is {today}.\n\n## Memories ({count})\n{one JSON object per recalled memory: id, text, "
+                 + ", ".join(MEMORY_FIELDS) + "}\n\n## Question\n{query}")
 
 
 def memory_view(memory: Mapping[str, Any]) -> dict[str, Any]:

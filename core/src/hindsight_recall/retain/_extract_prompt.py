@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..llm.types import ChatRequest, Message
+from ..llm.types import ChatRequest, Message, PromptBlock
 
 INTRO = ("You read a text and write down the facts in it that are worth remembering, each as one "
          "self-contained entry in a long-term memory. Write every value in the language of the text; "
@@ -65,21 +65,42 @@ REPLY = 'Reply with one JSON object and nothing else: {"facts": [...]}; {"facts"
 _NA = {"type": ["string", "null"]}
 
 
-def system_prompt(mode: str, custom_instructions: str | None, causal: bool) -> str:
-    """The system prompt for a mode.
+def system_blocks(mode: str, custom_instructions: str | None, causal: bool) -> list[PromptBlock]:
+    """The system prompt's parts for a mode (:func:`system_prompt` joins the active ones).
 
     :param mode: ``concise``, ``verbose`` or ``custom``.
     :param custom_instructions: what to keep in ``custom`` mode.
     :param causal: ask for causal relations between facts.
     """
-    guidance = f"## What to keep\n{custom_instructions}" if mode == "custom" else GUIDANCE[mode]
-    parts = [INTRO, guidance, FORMAT, *([CAUSAL] if causal else []), REPLY]
-    return "\n\n".join(parts)
+    guidance = PromptBlock(GUIDANCE[mode], "What to keep", "retain_extraction_mode") if mode != "custom" \
+        else PromptBlock(f"## What to keep\n{custom_instructions}", "What to keep", "retain_custom_instructions", True)
+    return [PromptBlock(INTRO), guidance, PromptBlock(FORMAT, "Each fact"),
+            PromptBlock(CAUSAL, "Causes", "retain_extract_causal_links", active=causal), PromptBlock(REPLY)]
+
+
+def system_prompt(mode: str, custom_instructions: str | None, causal: bool) -> str:
+    """The system prompt for a mode (see :func:`system_blocks`)."""
+    return "\n\n".join(block.text for block in system_blocks(mode, custom_instructions, causal) if block.active)
+
+
+def focus_block(mission: str | None) -> PromptBlock:
+    """The mission, heading the user's message when there is one."""
+    text = f"## Focus\n{mission}\nThis takes priority over the general guidance on what to keep.\n" if mission else ""
+    return PromptBlock(text, "Focus", "retain_mission", True, active=bool(mission))
+
+
+def item_block(text: str, *, position: str, when: str, context: str, metadata: Mapping[str, str]) -> PromptBlock:
+    """The chunk and what the item says of it, each value already written out."""
+    lines = [f"Chunk: {position}", f"Event Date: {when}", f"Context: {context}"]
+    if metadata:
+        lines += ["Metadata:", *(f"  {key}: {value}" for key, value in metadata.items())]
+    lines += ["", "<text>", text, "</text>"]
+    return PromptBlock("\n".join(lines))
 
 
 def user_message(text: str, *, chunk: int, chunks: int, timestamp: datetime | None, context: str | None,
                  metadata: Mapping[str, str], mission: str | None) -> str:
-    """The user's message for one chunk of an item.
+    """The user's message for one chunk of an item: the mission (:func:`focus_block`), then the chunk.
 
     :param text: the chunk.
     :param chunk: its place among the item's chunks (0-based).
@@ -89,15 +110,11 @@ def user_message(text: str, *, chunk: int, chunks: int, timestamp: datetime | No
     :param metadata: the item's metadata.
     :param mission: what the bank's memories are for.
     """
-    lines = [f"## Focus\n{mission}\nThis takes priority over the general guidance on what to keep.\n"] if mission \
-        else []
     when = f"{timestamp:%A, %B} {timestamp.day}, {timestamp.year} ({timestamp.isoformat()})" if timestamp \
         else "unknown"
-    lines += [f"Chunk: {chunk + 1} of {chunks}", f"Event Date: {when}", f"Context: {context or 'none'}"]
-    if metadata:
-        lines += ["Metadata:", *(f"  {key}: {value}" for key, value in metadata.items())]
-    lines += ["", "<text>", text, "</text>"]
-    return "\n".join(lines)
+    blocks = [focus_block(mission), item_block(text, position=f"{chunk + 1} of {chunks}", when=when,
+                                               context=context or "none", metadata=metadata)]
+    return "\n".join(block.text for block in blocks if block.active)
 
 
 def reply_schema(causal: bool) -> dict[str, Any]:

@@ -21,19 +21,29 @@ from typing import TYPE_CHECKING
 from ..http import run_all, shared_limit
 from ..llm.select import create_llm, operation_settings, provider_name
 from ..llm.structured import Outcome, ask_checked
-from ..llm.types import Usage
+from ..llm.types import PromptBlock, Usage
 from ..types import Memory
-from ._extract_prompt import extraction_request, reply_schema, system_prompt, user_message
+from ._extract_prompt import (
+    extraction_request,
+    focus_block,
+    item_block,
+    reply_schema,
+    system_blocks,
+    system_prompt,
+    user_message,
+)
 from ._extract_reply import Fact, Reading, read_facts, unique_names
 from .chunking import chunk_text
+from .options import ExtractionOptions, extraction_options
 
 if TYPE_CHECKING:
     from ..plugins import PluginManager
     from ..protocols import LLMProvider
     from ..settings import Settings
 
-__all__ = ["BatchExtraction", "Extraction", "Fact", "RetainItem", "create_retain_llm", "extract", "extract_batch",
-           "has_retain_model", "retain_llm_settings", "to_memories"]
+__all__ = ["BatchExtraction", "Extraction", "ExtractionOptions", "Fact", "RetainItem", "create_retain_llm", "extract",
+           "extract_batch", "extraction_options", "has_retain_model", "prompt_blocks", "reply_schema",
+           "retain_llm_settings", "to_memories"]
 
 
 @dataclass(frozen=True)
@@ -109,38 +119,44 @@ def create_retain_llm(settings: Settings, plugins: PluginManager) -> LLMProvider
     return create_llm(retain_llm_settings(settings), plugins, "retain")
 
 
-async def extract(llm: LLMProvider, settings: Settings, item: RetainItem) -> Extraction:
+async def extract(llm: LLMProvider, settings: Settings, item: RetainItem,
+                  options: ExtractionOptions | None = None) -> Extraction:
     """Extract the facts of one item, its chunks concurrently.
 
     :param llm: retain's chat model (:func:`create_retain_llm`).
     :param settings: core settings (the ``RETAIN_*`` ones shape the request).
     :param item: the item.
+    :param options: what shapes the request (a bank's); default, the settings' own.
     :raises LLMError: a call failed after its retries; ``LLMTimeout`` when it timed out, ``LLMOutputError``
         when a reply was unusable even after its repair.
     """
-    return (await extract_batch(llm, settings, [item])).items[0]
+    return (await extract_batch(llm, settings, [item], options)).items[0]
 
 
-async def extract_batch(llm: LLMProvider, settings: Settings, items: Sequence[RetainItem]) -> BatchExtraction:
+async def extract_batch(llm: LLMProvider, settings: Settings, items: Sequence[RetainItem],
+                        options: ExtractionOptions | None = None) -> BatchExtraction:
     """Extract the facts of every item, all their chunks concurrently; the first failure fails the batch.
 
     :param llm: retain's chat model (:func:`create_retain_llm`).
-    :param settings: core settings.
+    :param settings: core settings (the model, its limits, the reply's token limit).
     :param items: the items.
+    :param options: mode, instructions, causal links, chunk size and mission (a bank's,
+        :func:`~.options.extraction_options`); default, the settings' own.
     :raises LLMError: as :func:`extract`; the other calls still running are cancelled.
     """
+    shaped = options if options is not None else extraction_options(settings)
     model = retain_llm_settings(settings)
     limit = shared_limit(f"retain:{llm.name}:{model.llm_model or ''}", model.llm_max_concurrent)
-    causal = settings.retain_extract_causal_links
+    causal = shaped.causal_links
     schema = reply_schema(causal)
-    system = system_prompt(settings.retain_extraction_mode, settings.retain_custom_instructions, causal)
-    chunked = [chunk_text(item.content, settings.retain_chunk_size) for item in items]
+    system = system_prompt(shaped.mode, shaped.custom_instructions, causal)
+    chunked = [chunk_text(item.content, shaped.chunk_size) for item in items]
     stamps = [_aware(item.timestamp) for item in items]
 
     async def one(number: int, chunk: int) -> Outcome[Reading]:
         item, chunks, stamp = items[number], chunked[number], stamps[number]
         message = user_message(chunks[chunk], chunk=chunk, chunks=len(chunks), timestamp=stamp,
-                               context=item.context, metadata=item.metadata, mission=settings.retain_mission)
+                               context=item.context, metadata=item.metadata, mission=shaped.mission)
         request = extraction_request(system, message, schema, settings.retain_max_completion_tokens)
         zone = stamp.tzinfo if stamp else None
 
@@ -153,6 +169,19 @@ async def extract_batch(llm: LLMProvider, settings: Settings, items: Sequence[Re
     return BatchExtraction(tuple(
         _assemble(chunks, [outcomes[(number, chunk)] for chunk in range(len(chunks))])
         for number, chunks in enumerate(chunked)))
+
+
+def prompt_blocks(options: ExtractionOptions) -> tuple[list[PromptBlock], list[PromptBlock]]:
+    """The parts of the system prompt and of the user's message one chunk's extraction sends under
+    ``options``, the item's values as placeholders (``{content}``, ``{chunk}``, ``{chunks}``, ``{timestamp}``,
+    ``{context}``); the reply must fit ``reply_schema(options.causal_links)``.
+
+    :param options: what shapes the request.
+    """
+    system = system_blocks(options.mode, options.custom_instructions, options.causal_links)
+    item = item_block("{content}", position="{chunk} of {chunks}", when="{timestamp}", context="{context}",
+                      metadata={})
+    return system, [focus_block(options.mission), item]
 
 
 def _assemble(chunks: Sequence[str], outcomes: Sequence[Outcome[Reading]]) -> Extraction:

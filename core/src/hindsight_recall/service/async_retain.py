@@ -122,7 +122,7 @@ async def run(engine: Engine, op: Operation, worker_id: str, chunk_items: int) -
         if verbatim:
             part = [build_memory(op.bank_id, body, *place, op.created_at) for place in span]
         else:  # the chunk's facts, asked for now: a chunk committed before is never asked for again
-            extracted = await facts.extract(engine, body, [index for index, _, _ in span], op.created_at)
+            extracted = await facts.extract(engine, op.bank_id, body, [index for index, _, _ in span], op.created_at)
             part = [m for ms in facts.fact_memories(op.bank_id, body, span, extracted, op.created_at) for m in ms]
             usage += extracted.usage
         documents = sorted({document for _, document, _ in span} & set(replaced))

@@ -12,7 +12,7 @@ from ..engine.banks import PERIODS, SERIES_FIELDS
 from ..errors import BankNotFound
 from ..types import FACT_TYPES
 from .base import bank_of, body_of, endpoint, engine_of, int_query, text_query
-from .schemas import BANK_TOGGLES, BackgroundBody, BankConfigBody, CreateBankBody, DispositionBody
+from .schemas import BANK_CONFIG, BackgroundBody, BankConfigBody, CreateBankBody, DispositionBody
 from .wire import answer
 
 #: CreateBankBody fields stored in the bank's profile (``background`` and ``reflect_mission`` are
@@ -57,15 +57,16 @@ async def get_bank(request: Request) -> Response:
 
 async def _write_bank(request: Request, create: bool) -> Response:
     """Store a create/update body: name, mission and disposition go to the bank's profile, the recall
-    toggles to its settings; LLM fields are accepted and named in ``X-Hindsight-Ignored-Fields``
-    (nothing here reads them). Without ``create``, an unknown bank is a 404 (upstream's PATCH)."""
+    toggles and retain's extraction fields to its settings; the others (observations, attachments,
+    structured chunks) are accepted and named in ``X-Hindsight-Ignored-Fields`` (nothing here reads
+    them). Without ``create``, an unknown bank is a 404 (upstream's PATCH)."""
     bank_id = bank_of(request)
     body: CreateBankBody = await body_of(request, CreateBankBody)
     given = body.model_dump(exclude_none=True)
-    toggles = {k: v for k, v in given.items() if k in BANK_TOGGLES}
+    config = {k: v for k, v in given.items() if k in BANK_CONFIG}
     changes = profile_changes(given)
-    used = {*toggles, *(k for k in given if k in PROFILE_FIELDS or k.startswith("disposition"))}
-    profile = await engine_of(request).banks.write(bank_id, changes, toggles, create=create)
+    used = {*config, *(k for k in given if k in PROFILE_FIELDS or k.startswith("disposition"))}
+    profile = await engine_of(request).banks.write(bank_id, changes, config, create=create)
     return _profile(request, profile, sorted(set(given) - used))
 
 

@@ -42,15 +42,17 @@ def retain_item(body: RetainBody, index: int, now: datetime) -> RetainItem:
                       entities=item_entities(item))
 
 
-async def extract(engine: Engine, body: RetainBody, indexes: Sequence[int], now: datetime) -> Extracted:
-    """The facts of items ``indexes``, all asked for at once; nothing is written.
+async def extract(engine: Engine, bank_id: str, body: RetainBody, indexes: Sequence[int], now: datetime) -> Extracted:
+    """The facts of items ``indexes``, all asked for at once, shaped by the bank's settings; nothing is written.
 
+    :raises InvalidRequest: (400) the bank's overrides cannot be used with the server's settings.
     :raises ServiceError: the model failed, timed out or answered unusably: its status and code, and a
         message saying what went wrong and that these items were not retained.
     """
     items = [retain_item(body, index, now) for index in indexes]
+    options = await engine.facts.options(bank_id)
     try:
-        batch = await engine.facts.extract(items)
+        batch = await engine.facts.extract(items, options)
     except LLMError as exc:
         raise ServiceError(exc.status, exc.code,
                            f"fact extraction failed, so the items it was for were not retained: {exc}") from None

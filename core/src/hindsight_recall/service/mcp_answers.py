@@ -22,7 +22,7 @@ from .items import check_supported
 from .mcp_calls import Call, ToolCalls
 from .memories import edit_from, invalidated_item, list_item, recall_options
 from .ops import Admission
-from .schemas import BANK_TOGGLES, BankConfigBody, CreateBankBody, RecallBody, RetainBody, UpdateMemoryBody
+from .schemas import BANK_CONFIG, BankConfigBody, CreateBankBody, RecallBody, RetainBody, UpdateMemoryBody
 
 #: the fields of a bank's profile its routes answer
 PROFILE = ("bank_id", "name", "disposition", "mission", "background")
@@ -138,11 +138,12 @@ def profile(found: dict[str, Any]) -> dict[str, Any]:
 
 
 async def write_bank(call: Call, sent: dict[str, Any]) -> dict[str, Any]:
-    """``PUT /banks/{bank_id}``: the bank created if needed, its profile and recall toggles changed."""
+    """``PUT /banks/{bank_id}``: the bank created if needed, its profile, recall toggles and retain's extraction
+    settings changed."""
     body: CreateBankBody = parse_body(_json(sent), CreateBankBody)
     given = body.model_dump(exclude_none=True)
-    toggles = {k: v for k, v in given.items() if k in BANK_TOGGLES}
-    return profile(await call.engine.banks.write(call.bank, profile_changes(given), toggles, create=True))
+    config = {k: v for k, v in given.items() if k in BANK_CONFIG}
+    return profile(await call.engine.banks.write(call.bank, profile_changes(given), config, create=True))
 
 
 async def bank_profile(engine: Engine, bank_id: str) -> dict[str, Any]:

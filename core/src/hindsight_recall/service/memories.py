@@ -61,7 +61,7 @@ async def retain_now(engine: Engine, bank_id: str, body: RetainBody) -> Stored:
     written when that fails) and become the memories, all in one transaction."""
     retain_body.check_sync_size(body, engine.settings)
     now = datetime.now(UTC)
-    found = await facts.extract(engine, body, range(len(body.items)), now) if engine.facts.configured else None
+    found = await facts.extract(engine, bank_id, body, range(len(body.items)), now) if engine.facts.configured else None
     for attempt in range(1, APPEND_ATTEMPTS + 1):
         existing = await engine.document_memory_ids(bank_id, appended(body))
         if found is None:

@@ -11,6 +11,7 @@ from . import (
     directives,
     documents,
     entities,
+    extraction,
     files,
     graph,
     memories,
@@ -35,5 +36,6 @@ def api_routes() -> list[Route]:
             *entities.routes(BANKS_PATH), *graph.routes(BANKS_PATH), *operations.routes(BANKS_PATH),
             *directives.routes(BANKS_PATH), *mental_models.routes(BANKS_PATH), *webhooks.routes(BANKS_PATH),
             *audit.routes(BANKS_PATH), *templates.routes(BANKS_PATH),
-            *observations.routes(BANKS_PATH), *files.routes(BANKS_PATH), *unserved.routes()]
+            *observations.routes(BANKS_PATH), *extraction.routes(BANKS_PATH), *files.routes(BANKS_PATH),
+            *unserved.routes()]
 

@@ -125,7 +125,8 @@ class DispositionTraits(_Body):
 
 
 class CreateBankBody(_Body):
-    """``PUT /v1/default/banks/{bank_id}``: the recall toggles are stored as the bank's settings."""
+    """``PUT /v1/default/banks/{bank_id}``: the recall toggles and retain's extraction fields are stored as the
+    bank's settings (:data:`BANK_CONFIG`)."""
 
     name: str | None = None
     disposition: DispositionTraits | None = None
@@ -149,8 +150,10 @@ class CreateBankBody(_Body):
     enable_reranking: bool | None = None
 
 
-#: CreateBankBody fields that become bank settings (BankSettings has the same names)
-BANK_TOGGLES = ("enable_text_search", "enable_temporal_retrieval", "enable_graph_retrieval", "enable_reranking")
+#: CreateBankBody fields that become bank settings (BankSettings has the same names): the recall toggles and
+#: what shapes retain's fact extraction
+BANK_CONFIG = ("enable_text_search", "enable_temporal_retrieval", "enable_graph_retrieval", "enable_reranking",
+               "retain_mission", "retain_extraction_mode", "retain_custom_instructions", "retain_chunk_size")
 
 
 class BankConfigBody(_Body):

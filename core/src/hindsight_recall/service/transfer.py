@@ -284,6 +284,7 @@ async def template_import(request: Request) -> Response:
     used = {*config, *(f"disposition_{t}" for t in traits), *(("reflect_mission",) if "mission" in profile else ())}
     ignored = sorted(k for k, v in bank.items() if v is not None and k not in used)
     try:
+        await engine_of(request).facts.options(bank_id, config)  # custom mode needs instructions from some layer
         changed = await engine_of(request).templates.apply(bank_id, profile=profile, config=config,
                                                            rules=[rule.model_dump() for rule in wanted],
                                                            dry_run=dry_run)

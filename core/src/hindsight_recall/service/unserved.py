@@ -29,9 +29,6 @@ UNSERVED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (f"{B}/knowledge-base/pages", ("POST",), f"{WRITTEN}; a knowledge page is a mental model"),
     (f"{B}/knowledge-base/folders", ("POST",), "knowledge-base folders hold knowledge pages (mental models), "
                                                "which this server does not keep"),
-    (f"{B}/memories/dry-run-extract", ("POST",), f"{MODEL_WORK}: extraction is not offered without "
-                                                 "storing (retain stores the facts it extracts)"),
-    (f"{B}/prompts/preview", ("POST",), f"{MODEL_WORK}: the extraction prompt is not previewed"),
     (f"{B}/consolidate", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation-strategies/preview", ("POST",), CONSOLIDATION),
     (f"{B}/consolidation/recover", ("POST",), CONSOLIDATION),

@@ -223,7 +223,7 @@ def _shown(value: Any) -> str:
     """A setting's value as the form shows it (and sends it back)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return "" if value is None else str(value)
 
 
 async def _bank_page(request: Request, console: Console, *, error: str | None = None, status: int = 200) -> Response:
