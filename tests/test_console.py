@@ -572,13 +572,21 @@ def _shot(driver: Any, name: str) -> None:
 
 def _submit(driver: Any, button_id: str) -> None:
     """Click a form's button and wait until the next page has replaced this one."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.ID, button_id).click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
+
+    def replaced(_: Any) -> bool:
+        try:
+            page.is_enabled()
+        except WebDriverException:  # stale, or (chromium, mid-navigation) "does not belong to the document"
+            return True
+        return False
+
+    WebDriverWait(driver, 30).until(replaced)
 
 
 def _no_alert(driver: Any) -> None:

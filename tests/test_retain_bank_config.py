@@ -19,23 +19,14 @@ from hindsight_recall.retain.options import ExtractionOptions, extraction_option
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.settings import Settings
 from hindsight_recall.testing.http_server import FixtureServer
-from hindsight_recall.testing.llm_server import openai_routes
+from hindsight_recall.testing.llm_server import stand_in_settings
 from hindsight_recall.testing.service import ServerThread
 
-KEY = "sk-bank-config-key-1234567890"
 PATH = "/v1/chat/completions"
-MODEL = {"llm_provider": "openai", "llm_api_key": KEY, "llm_model": "stub-model", "llm_max_retries": 0,
-         "llm_timeout": 5.0}
 #: about 250 characters in five sentences: one chunk by default, several at a chunk size of 100
 TRIP = ("Alice flies to Lisbon on Monday to meet her sister Maya. They plan to walk the old town together. "
         "On Wednesday Alice takes the train to Porto. She wants to taste the port wine there. "
         "Alice returns home on Friday evening.")
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FixtureServer]:
-    with FixtureServer(openai_routes(api_key=KEY)) as server:
-        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +36,7 @@ def fresh(llm: FixtureServer) -> None:
 
 @pytest.fixture(scope="module")
 def service(llm: FixtureServer, serve: Callable[..., ServerThread]) -> str:
-    return serve(llm_base_url=llm.url + "/v1", **MODEL).url
+    return serve(**stand_in_settings(llm)).url
 
 
 @pytest.fixture

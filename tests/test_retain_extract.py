@@ -32,7 +32,7 @@ from hindsight_recall.retain.extract import (
 )
 from hindsight_recall.settings import Settings, load_settings
 from hindsight_recall.testing.http_server import FixtureServer, Reply, Request
-from hindsight_recall.testing.llm_server import STAND_IN_KEY, facts_for, openai_reply, stand_in_model
+from hindsight_recall.testing.llm_server import STAND_IN_KEY, fact, facts_for, facts_reply, openai_reply, stand_in_model
 
 KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
@@ -62,13 +62,6 @@ async def run(config: Settings, *items: RetainItem) -> BatchExtraction:
         await llm.close()
 
 
-def fact(what: str, **fields: Any) -> dict[str, Any]:
-    return {"what": what, "when": "N/A", "where": "N/A", "who": "N/A", "why": "N/A", "fact_kind": "conversation",
-            "occurred_start": None, "occurred_end": None, "fact_type": "world", "entities": [], **fields}
-
-
-def reply_of(*facts: dict[str, Any]) -> Reply:
-    return openai_reply(json.dumps({"facts": list(facts)}))
 
 
 def sent(server: FixtureServer, number: int = 0) -> dict[str, Any]:
@@ -118,7 +111,7 @@ async def test_the_mode_chooses_the_guidance(server: FixtureServer, mode: str, p
 
 
 async def test_without_causal_links_no_causes_are_asked_for_or_kept(server: FixtureServer) -> None:
-    server.script("POST", PATH, reply_of(fact("Rain fell."),
+    server.script("POST", PATH, facts_reply(fact("Rain fell."),
                                          fact("The match was cancelled.", causal_relations=[
                                              {"target_index": 0, "relation_type": "caused_by"}])))
     batch = await run(settings(server, retain_extract_causal_links=False), RetainItem("It rained; no match."))
@@ -131,7 +124,7 @@ async def test_without_causal_links_no_causes_are_asked_for_or_kept(server: Fixt
 # ---- the reply ------------------------------------------------------------------------------------
 
 async def test_a_reply_becomes_facts(server: FixtureServer) -> None:
-    server.script("POST", PATH, reply_of(
+    server.script("POST", PATH, facts_reply(
         fact("Alice lost her job", when="June 3, 2024", who="Alice (the user's sister)", fact_kind="event",
              occurred_start="2024-06-03", entities=[" Alice ", "job", "alice", ""]),
         fact("Alice moved to Porto", where="Porto", why="rent in Lisbon was too high", fact_kind="event",
@@ -304,7 +297,7 @@ CAUSE = {"relation_type": "caused_by"}
 ])
 async def test_a_reply_that_breaks_a_rule_is_refused_naming_it(server: FixtureServer, facts: list[dict[str, Any]],
                                                                problem: str) -> None:
-    server.script("POST", PATH, reply_of(*facts), reply_of(*facts))
+    server.script("POST", PATH, facts_reply(*facts), facts_reply(*facts))
     with pytest.raises(LLMOutputError) as failed:
         await run(settings(server), RetainItem("Alice likes tea.", timestamp=WHEN))
     assert problem in str(failed.value)
@@ -312,8 +305,8 @@ async def test_a_reply_that_breaks_a_rule_is_refused_naming_it(server: FixtureSe
 
 
 async def test_a_broken_rule_is_repaired_like_malformed_json(server: FixtureServer) -> None:
-    bad = reply_of(fact("A"), fact("B", causal_relations=[{"target_index": 7, **CAUSE}]))
-    server.script("POST", PATH, bad, reply_of(fact("A"), fact("B", causal_relations=[{"target_index": 0, **CAUSE}])))
+    bad = facts_reply(fact("A"), fact("B", causal_relations=[{"target_index": 7, **CAUSE}]))
+    server.script("POST", PATH, bad, facts_reply(fact("A"), fact("B", causal_relations=[{"target_index": 0, **CAUSE}])))
     batch = await run(settings(server), RetainItem("Alice likes tea."))
     assert [f.caused_by for f in batch.items[0].facts] == [(), (0,)] and batch.calls == 2
 

@@ -8,7 +8,6 @@ without a model (or with ``RETAIN_LLM_PROVIDER=none``) retain stays verbatim.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,11 +16,10 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply
-from hindsight_recall.testing.service import ServerThread
+from hindsight_recall.testing.llm_server import fact, openai_reply, stand_in_settings
+from hindsight_recall.testing.service import ServerThread, wait_for_operation
 from prometheus_client.parser import text_string_to_metric_families
 
-KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
 CHAT = ("Alice: I moved to Lisbon in May.\n"
         "Bob: Did you start at Helios Robotics?\n"
@@ -29,8 +27,8 @@ CHAT = ("Alice: I moved to Lisbon in May.\n"
 #: what the stand-in makes of CHAT: one fact per sentence
 CHAT_FACTS = ["Alice: I moved to Lisbon in May.", "Bob: Did you start at Helios Robotics?",
               "Alice: Yes, I joined Helios Robotics as a data engineer."]
-MODEL = {"llm_provider": "openai", "llm_api_key": KEY, "llm_model": "stub-model", "llm_max_retries": 1,
-         "llm_initial_backoff": 0.01, "llm_max_backoff": 0.02, "llm_timeout": 1.0}
+#: the stand-in as retain's model: one quick retry, a 1-second limit
+RETRY = {"llm_max_retries": 1, "llm_initial_backoff": 0.01, "llm_max_backoff": 0.02, "llm_timeout": 1.0}
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +40,7 @@ def fresh(llm: FixtureServer) -> None:
 @pytest.fixture(scope="module")
 def service(llm: FixtureServer, serve: Callable[..., ServerThread]) -> str:
     """``serve`` whose retain goes through the stand-in; async retains commit one item per chunk."""
-    return serve(llm_base_url=llm.url + "/v1", service_operation_chunk_items=1, **MODEL).url
+    return serve(service_operation_chunk_items=1, **stand_in_settings(llm, **RETRY)).url
 
 
 @pytest.fixture
@@ -54,10 +52,6 @@ def http(service: str) -> Iterator[httpx.Client]:
 def new_bank() -> str:
     return f"/v1/default/banks/through-{uuid.uuid4().hex[:10]}"
 
-
-def fact(what: str, **fields: Any) -> dict[str, Any]:
-    return {"what": what, "when": "N/A", "where": "N/A", "who": "N/A", "why": "N/A", "fact_kind": "conversation",
-            "occurred_start": None, "occurred_end": None, "fact_type": "world", "entities": [], **fields}
 
 
 def listed(http: httpx.Client, b: str, **params: Any) -> list[dict[str, Any]]:
@@ -214,15 +208,6 @@ def test_a_model_that_fails_fails_the_retain_and_writes_nothing(
 
 # ---- async retains --------------------------------------------------------------------------------------
 
-def wait_for(http: httpx.Client, b: str, operation_id: str, status: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        op: dict[str, Any] = http.get(f"{b}/operations/{operation_id}").json()
-        if op["status"] == status:
-            return op
-        assert op["status"] in ("pending", "processing") and time.monotonic() < deadline, op
-        time.sleep(0.05)
-
 
 def test_an_async_retain_extracts_in_its_chunks_and_completes(http: httpx.Client, llm: FixtureServer) -> None:
     b = new_bank()
@@ -230,7 +215,7 @@ def test_an_async_retain_extracts_in_its_chunks_and_completes(http: httpx.Client
                                                         {"content": "Carol paints. Carol sings."}],
                                               "async": True}).json()
     assert queued["async"] is True and queued["operation_id"] and queued.get("usage") is None
-    done = wait_for(http, b, queued["operation_id"], "completed")
+    done = wait_for_operation(http, b, queued["operation_id"], "completed")
     result = done["result_metadata"]
     assert result["verbatim"] is False and result["memories"] == len(CHAT_FACTS) + 2
     assert result["usage"]["input_tokens"] > 0 and result["processed"] == 2
@@ -247,12 +232,12 @@ def test_a_failed_async_retain_resumes_after_its_committed_chunk(http: httpx.Cli
     items = [{"content": "Gus bakes and sells bread.", "document_id": "gus"},
              {"content": "Hana runs. Hana swims.", "document_id": "hana"}]
     operation_id = http.post(f"{b}/memories", json={"items": items, "async": True}).json()["operation_id"]
-    failed = wait_for(http, b, operation_id, "failed")
+    failed = wait_for_operation(http, b, operation_id, "failed")
     assert "answered HTTP 500" in failed["error_message"] and failed["result_metadata"]["processed"] == 1
     assert sorted(r["text"] for r in listed(http, b)) == ["Gus bakes bread.", "Gus sells bread."]
 
     assert http.post(f"{b}/operations/{operation_id}/retry").status_code == 200
-    wait_for(http, b, operation_id, "completed")
+    wait_for_operation(http, b, operation_id, "completed")
     texts = [r["text"] for r in listed(http, b)]
     assert sorted(texts) == ["Gus bakes bread.", "Gus sells bread.", "Hana runs.", "Hana swims."]
     asked = extractions(llm)
@@ -290,7 +275,7 @@ def test_metrics_count_the_model_calls_and_tokens_of_retains(http: httpx.Client,
 
     items = [{"content": "Ivo fishes.", "document_id": "ivo"}, {"content": "Jo rows.", "document_id": "jo"}]
     queued = http.post(f"{b}/memories", json={"items": items, "async": True}).json()
-    usage = wait_for(http, b, queued["operation_id"], "completed")["result_metadata"]["usage"]
+    usage = wait_for_operation(http, b, queued["operation_id"], "completed")["result_metadata"]["usage"]
     after_async = spent(http)
     assert grew(after_sync, after_async) == {"calls": 2, "input": usage["input_tokens"],
                                              "output": usage["output_tokens"]}
@@ -306,7 +291,7 @@ def test_metrics_count_the_model_calls_and_tokens_of_retains(http: httpx.Client,
 @pytest.mark.parametrize("settings", [{}, {"retain_llm_provider": "none"}], ids=["no-model", "retain-model-off"])
 def test_without_a_retain_model_items_are_stored_verbatim(
         serve: Callable[..., ServerThread], llm: FixtureServer, settings: dict[str, Any]) -> None:
-    model = {**MODEL, "llm_base_url": llm.url + "/v1"} if settings else {}
+    model = stand_in_settings(llm, **RETRY) if settings else {}
     url = serve(**model, **settings).url
     b = new_bank()
     with httpx.Client(base_url=url, headers=EXTRAS, timeout=60) as http:

@@ -22,7 +22,8 @@ from hindsight_recall.settings import Settings, load_settings
 from hindsight_recall.testing.service import ServerThread
 
 #: reads sent as POST (and the model's probe): not recorded
-READS = {("POST", f"/v1/default/banks/{{bank_id}}/{p}") for p in ("memories/recall", "reflect", "health/llm")}
+READS = {("POST", f"/v1/default/banks/{{bank_id}}/{p}")
+         for p in ("memories/recall", "reflect", "health/llm", "memories/dry-run-extract", "prompts/preview")}
 #: answered 410 whatever is asked (upstream's deprecated route): nothing is written
 GONE = {("POST", "/v1/default/banks/{bank_id}/entities/{entity_id}/regenerate")}
 

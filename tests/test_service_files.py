@@ -7,7 +7,6 @@ upstream's ``hindsight-client==1.1.0`` calls it as it calls upstream.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from hindsight_recall.service.files import passages
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer
 from hindsight_recall.testing.llm_server import STAND_IN_KEY
-from hindsight_recall.testing.service import ServerThread
+from hindsight_recall.testing.service import ServerThread, wait_for_operation
 
 KEY = STAND_IN_KEY
 HTML = b"""<!doctype html><html><head><title>Helios handbook</title><style>p { color: red }</style>
@@ -74,15 +73,6 @@ def upload(http: httpx.Client, bank: str, files: list[tuple[str, bytes, str]],
                      files=[("files", file) for file in files])
 
 
-def wait_for(http: httpx.Client, bank: str, operation_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        op: dict[str, Any] = http.get(f"/v1/default/banks/{bank}/operations/{operation_id}").json()
-        if op["status"] == "completed":
-            return op
-        assert op["status"] in ("pending", "processing") and time.monotonic() < deadline, op
-        time.sleep(0.05)
-
 
 def retained(http: httpx.Client, bank: str, files: list[tuple[str, bytes, str]],
              request: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -91,7 +81,7 @@ def retained(http: httpx.Client, bank: str, files: list[tuple[str, bytes, str]],
     assert response.status_code == 200, response.text
     ids = response.json()["operation_ids"]
     assert len(ids) == len(files) and len(set(ids)) == len(ids)
-    return [wait_for(http, bank, op) for op in ids]
+    return [wait_for_operation(http, f"/v1/default/banks/{bank}", op) for op in ids]
 
 
 def document_ids(http: httpx.Client, bank: str, ops: list[dict[str, Any]]) -> list[str]:
@@ -284,7 +274,7 @@ def test_upstreams_client_uploads_files(server: Any, http: httpx.Client, tmp_pat
     with hindsight_client.Hindsight(base_url=server.url, timeout=120) as client:
         answer = client.retain_files(bank, [tmp_path / "trip.md", tmp_path / "menu.html"], context="holiday")
     assert len(answer.operation_ids) == 2
-    ops = [wait_for(http, bank, op) for op in answer.operation_ids]
+    ops = [wait_for_operation(http, f"/v1/default/banks/{bank}", op) for op in answer.operation_ids]
     ids = document_ids(http, bank, ops)
     assert all(document_id.startswith("file_") for document_id in ids)  # upstream's generated ids
     assert "Dolomites" in document(http, bank, ids[0])["original_text"]

@@ -6,8 +6,6 @@ a model the items are stored verbatim again. And the deprecated entity regenerat
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,13 +14,10 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import STAND_IN_KEY, openai_reply
-from hindsight_recall.testing.service import ServerThread
+from hindsight_recall.testing.llm_server import fact, facts_reply, stand_in_settings
+from hindsight_recall.testing.service import ServerThread, wait_for_operation
 
-KEY = STAND_IN_KEY
 PATH = "/v1/chat/completions"
-MODEL = {"llm_provider": "openai", "llm_api_key": KEY, "llm_model": "stub-model", "llm_max_retries": 1,
-         "llm_initial_backoff": 0.01, "llm_max_backoff": 0.02, "llm_timeout": 2.0}
 GONE = "This endpoint is deprecated. Entity observations are no longer supported."
 TRIP = {"content": "Dana flew to Oslo. Dana spoke at a conference.", "document_id": "trip",
         "timestamp": "2024-03-01T10:00:00Z", "context": "a travel diary", "tags": ["travel"],
@@ -36,7 +31,8 @@ def fresh(llm: FixtureServer) -> None:
 
 @pytest.fixture(scope="module")
 def service(llm: FixtureServer, serve: Callable[..., ServerThread]) -> str:
-    return serve(llm_base_url=llm.url + "/v1", **MODEL).url
+    return serve(**stand_in_settings(llm, llm_max_retries=1, llm_initial_backoff=0.01, llm_max_backoff=0.02,
+                                    llm_timeout=2.0)).url
 
 
 @pytest.fixture
@@ -49,13 +45,6 @@ def new_bank() -> str:
     return f"/v1/default/banks/reprocess-{uuid.uuid4().hex[:10]}"
 
 
-def fact(what: str, **fields: Any) -> dict[str, Any]:
-    return {"what": what, "when": "N/A", "where": "N/A", "who": "N/A", "why": "N/A", "fact_kind": "conversation",
-            "occurred_start": None, "occurred_end": None, "fact_type": "world", "entities": [], **fields}
-
-
-def facts_reply(*texts: str, **fields: Any) -> Reply:
-    return openai_reply(json.dumps({"facts": [fact(t, **fields) for t in texts]}))
 
 
 def listed(http: httpx.Client, b: str, document_id: str) -> list[dict[str, Any]]:
@@ -66,15 +55,6 @@ def listed(http: httpx.Client, b: str, document_id: str) -> list[dict[str, Any]]
 def extractions(llm: FixtureServer) -> list[str]:
     return [r.body["messages"][1]["content"] for r in llm.requests_to("POST", PATH)]
 
-
-def wait_for(http: httpx.Client, b: str, operation_id: str, status: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while True:
-        op: dict[str, Any] = http.get(f"{b}/operations/{operation_id}").json()
-        if op["status"] == status:
-            return op
-        assert op["status"] in ("pending", "processing") and time.monotonic() < deadline, op
-        time.sleep(0.05)
 
 
 def reprocessed(http: httpx.Client, b: str, document_id: str, items: int) -> str:
@@ -95,9 +75,9 @@ def test_a_reprocessed_document_holds_the_new_extraction(http: httpx.Client, llm
     assert [r["text"] for r in before] == ["Dana flew to Oslo.", "Dana spoke at a conference."]
 
     llm.reset()
-    llm.script("POST", PATH, facts_reply("Dana gave a talk in Oslo.", entities=["Oslo"]))
+    llm.script("POST", PATH, facts_reply(fact("Dana gave a talk in Oslo.", entities=["Oslo"])))
     operation_id = reprocessed(http, b, "trip", 1)
-    done = wait_for(http, b, operation_id, "completed")
+    done = wait_for_operation(http, b, operation_id, "completed")
     assert done["result_metadata"]["memories"] == 1 and done["result_metadata"]["replaced_memories_removed"] == 1
     (asked,) = extractions(llm)  # the stored item, with its context and date, went to the model
     assert TRIP["content"] in asked and "Context: a travel diary" in asked and "source: diary" in asked
@@ -126,7 +106,7 @@ def test_each_stored_item_is_extracted_again_with_its_own_fields(http: httpx.Cli
     before = {r["id"]: (r["text"], r["context"], r["tags"]) for r in listed(http, b, "log/2024")}
     llm.reset()
 
-    wait_for(http, b, reprocessed(http, b, "log/2024", 2), "completed")
+    wait_for_operation(http, b, reprocessed(http, b, "log/2024", 2), "completed")
     asked = sorted(extractions(llm))
     assert len(asked) == 2
     assert "Ann sails. Ann swims." in asked[0] + asked[1] and "Ann rests." in asked[0] + asked[1]
@@ -141,14 +121,14 @@ def test_a_model_that_fails_keeps_the_old_memories(http: httpx.Client, llm: Fixt
     before = listed(http, b, "trip")
     llm.script("POST", PATH, *[Reply(500, {"error": {"message": "the model crashed"}})] * 2)  # a try and its retry
     operation_id = reprocessed(http, b, "trip", 1)
-    failed = wait_for(http, b, operation_id, "failed")
+    failed = wait_for_operation(http, b, operation_id, "failed")
     assert "answered HTTP 500" in failed["error_message"] and "not retained" in failed["error_message"]
     assert listed(http, b, "trip") == before
 
     # retried, it writes the new extraction once, in place of the old memories
-    llm.script("POST", PATH, facts_reply("Dana visited Oslo."))
+    llm.script("POST", PATH, facts_reply(fact("Dana visited Oslo.")))
     assert http.post(f"{b}/operations/{operation_id}/retry").status_code == 200
-    wait_for(http, b, operation_id, "completed")
+    wait_for_operation(http, b, operation_id, "completed")
     assert [r["text"] for r in listed(http, b, "trip")] == ["Dana visited Oslo."]
 
 
@@ -186,7 +166,7 @@ def test_without_a_model_the_items_are_stored_verbatim_again(serve: Callable[...
     with httpx.Client(base_url=url, timeout=60) as http:
         assert http.post(f"{b}/memories", json={"items": items}).status_code == 200
         before = listed(http, b, "garden")
-        done = wait_for(http, b, reprocessed(http, b, "garden", 2), "completed")
+        done = wait_for_operation(http, b, reprocessed(http, b, "garden", 2), "completed")
         assert done["result_metadata"]["verbatim"] is True
         kept = ("id", "text", "context", "tags", "entities", "mentioned_at", "date")
         assert [{k: r[k] for k in kept} for r in listed(http, b, "garden")] == \

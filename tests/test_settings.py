@@ -143,6 +143,9 @@ DEFAULTS = {
     "webhook_retry_delays": (5.0, 300.0, 1800.0, 7200.0, 18000.0),
     "audit_log_enabled": True,
     "audit_log_retention_days": -1,
+    "file_conversion_max_batch_size": 10,
+    "file_conversion_max_batch_size_mb": 100,
+    "enable_file_upload_api": True,
 }
 
 
@@ -204,6 +207,9 @@ def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: s
         ({"archive_max_depth": 1000}, "HINDSIGHT_API_ARCHIVE_MAX_DEPTH"),
         ({"console_session_ttl": 0}, "HINDSIGHT_API_CONSOLE_SESSION_TTL"),
         ({"plugins": {"tei": "http://x"}}, "HINDSIGHT_API_PLUGINS"),
+        ({"file_conversion_max_batch_size": 0}, "HINDSIGHT_API_FILE_CONVERSION_MAX_BATCH_SIZE"),
+        ({"file_conversion_max_batch_size_mb": 0}, "HINDSIGHT_API_FILE_CONVERSION_MAX_BATCH_SIZE_MB"),
+        ({"enable_file_upload_api": "sometimes"}, "HINDSIGHT_API_ENABLE_FILE_UPLOAD_API"),
     ],
 )
 def test_hard_invalid_values_fail_naming_the_variable(overrides: dict, variable: str) -> None:

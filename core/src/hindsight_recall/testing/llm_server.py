@@ -165,6 +165,24 @@ def stand_in_model() -> Iterator[FixtureServer]:
         yield server
 
 
+def stand_in_settings(server: FixtureServer, **overrides: Any) -> dict[str, Any]:
+    """Settings overrides that point the ``LLM_*`` settings at ``server`` (a :func:`stand_in_model`): no retry
+    and a 5-second limit unless ``overrides`` say otherwise."""
+    return {"llm_provider": "openai", "llm_api_key": STAND_IN_KEY, "llm_model": "stub-model",
+            "llm_base_url": server.url + "/v1", "llm_max_retries": 0, "llm_timeout": 5.0, **overrides}
+
+
+def fact(what: str, **fields: Any) -> dict[str, Any]:
+    """One fact of retain's extraction reply: ``what`` with upstream's fields at their emptiest, and ``fields``."""
+    return {"what": what, "when": "N/A", "where": "N/A", "who": "N/A", "why": "N/A", "fact_kind": "conversation",
+            "occurred_start": None, "occurred_end": None, "fact_type": "world", "entities": [], **fields}
+
+
+def facts_reply(*facts: dict[str, Any]) -> Reply:
+    """The OpenAI reply that carries ``facts`` (see :func:`fact`) as retain's extraction."""
+    return openai_reply(json.dumps({"facts": list(facts)}))
+
+
 def openai_reply(content: str, *, finish_reason: str = "stop", status: int = 200, delay: float = 0.0) -> Reply:
     """One scripted chat-completions reply whose message content is ``content``, sent after ``delay`` seconds."""
     return Reply(status, {"id": "chatcmpl-stub", "object": "chat.completion", "model": "stub-model",

@@ -10,6 +10,19 @@ from typing import Any
 import httpx
 
 
+def wait_for_operation(http: httpx.Client, bank_path: str, operation_id: str, status: str = "completed",
+                       timeout: float = 60) -> dict[str, Any]:
+    """The operation once it has ``status``, read from ``{bank_path}/operations/{operation_id}``; an
+    ``AssertionError`` when it ends otherwise or is still running after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        op: dict[str, Any] = http.get(f"{bank_path}/operations/{operation_id}").json()
+        if op["status"] == status:
+            return op
+        assert op["status"] in ("pending", "processing") and time.monotonic() < deadline, op
+        time.sleep(0.05)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
