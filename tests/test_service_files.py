@@ -159,7 +159,7 @@ def test_a_long_file_is_stored_as_passages_of_one_document(http: httpx.Client) -
 
 
 def test_passages_cut_at_paragraphs_then_words() -> None:
-    assert passages("a b\n\nc d\n\n\ne", 100) == ["a b\n\nc d\n\ne"]
+    assert passages("a b\n\nc d\n\n\ne\n", 100) == ["a b\n\nc d\n\n\ne"]  # short: one passage, as written
     assert passages("one two\n\nthree four", 8) == ["one two", "three", "four"]
     assert passages("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]
     assert all(len(p) <= 50 for p in passages(" ".join(["word"] * 200), 50))

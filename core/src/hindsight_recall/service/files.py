@@ -6,7 +6,7 @@ is converted to text (:mod:`.file_text`) and every option checked before anythin
 with one bad file queues nothing; then each file is queued, all in one transaction, as a retain operation
 of its own (what an ``async: true`` retain queues), run by the queue worker: its facts extracted with a
 retain model, its text stored verbatim without one. No model is needed to serve the route, as retain
-needs none. A file's text is cut at paragraph breaks into passages of at most RETAIN_CHUNK_SIZE
+needs none. A file's text is cut (as extraction cuts its chunks) into passages of at most RETAIN_CHUNK_SIZE
 characters, each an item of the file's document, so that a long file stored verbatim is many memories a
 recall can return one at a time, not one memory of the whole file.
 
@@ -17,7 +17,6 @@ refused at once (400, or 415 for a kind this server does not convert) instead of
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from typing import Any
 
@@ -28,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import RetainError
+from ..retain.chunking import chunk_text
 from . import async_retain
 from .base import bank_of, endpoint, engine_of, wake_worker
 from .errors import ServiceError, validation_message
@@ -40,7 +40,6 @@ from .wire import answer
 PARSERS = ("builtin",)
 #: the form fields besides the files and the request
 MAX_FIELDS = 10
-_PARAGRAPHS = re.compile(r"\n\s*\n")
 
 
 class FileRetainMetadata(BaseModel):
@@ -107,28 +106,9 @@ def _check_parsers(value: str | list[str] | None, where: str) -> None:
 
 
 def passages(text: str, size: int) -> list[str]:
-    """``text`` cut at paragraph breaks into passages of at most ``size`` characters; a longer paragraph is
-    cut at the last whitespace before the limit (anywhere, when it has none)."""
-    out: list[str] = []
-    current = ""
-    for paragraph in (p.strip() for p in _PARAGRAPHS.split(text)):
-        while len(paragraph) > size:
-            cut = paragraph.rfind(" ", 0, size + 1)
-            cut = cut if cut > 0 else size
-            head, paragraph = paragraph[:cut].rstrip(), paragraph[cut:].lstrip()
-            if current:
-                out.append(current)
-                current = ""
-            out.append(head)
-        if not paragraph:
-            continue
-        if current and len(current) + 2 + len(paragraph) > size:
-            out.append(current)
-            current = ""
-        current = f"{current}\n\n{paragraph}" if current else paragraph
-    if current:
-        out.append(current)
-    return out
+    """``text`` in passages of at most ``size`` characters, cut where retain's extraction cuts its chunks
+    (between paragraphs first, then lines, sentences and words)."""
+    return [chunk.strip() for chunk in chunk_text(text, size)]
 
 
 async def _uploads(request: Request, limit: int) -> tuple[list[Upload], str]:
