@@ -302,9 +302,11 @@ def _check_tools(recipe: Recipe) -> None:
 def _ensure(recipe: Recipe, folder: Path, make: Callable[[Builder, Sequence[Path]], None], echo: Echo) -> Path:
     """``folder`` holding a finished build of ``recipe``; built first (under the lock) when it is not there."""
     marker = folder / ".built"
+    root = cache_root()
+    # cargo's intermediates of older versions, kept beside the installations (gigabytes of them)
+    shutil.rmtree(root / "cargo", ignore_errors=True)
     if marker.is_file():
         return folder
-    root = cache_root()
     with _locked(root / f"{folder.name}.lock", echo):
         if marker.is_file():  # another process finished it while this one waited
             return folder
@@ -465,6 +467,12 @@ def _workspace_member(root: Path, package: str) -> Path:
     raise BuildError(f"no crate {package!r} under {root}")
 
 
+def _cargo_target(source: Path) -> Path:
+    """Where cargo builds a crate unpacked at ``source``: in the build's temporary folder, removed with it,
+    since the intermediates take gigabytes (over 5 GB for pg_search) and only the installation is cached."""
+    return source.parent / "cargo-target"
+
+
 def _cargo_env(pg_config: Path, target: Path) -> dict[str, str]:
     # pg_search pins a toolchain rustup would download; the installed one builds it
     return {"PGRX_PG_CONFIG_PATH": str(pg_config), "CARGO_TARGET_DIR": str(target), "RUSTUP_TOOLCHAIN": "stable",
@@ -482,12 +490,10 @@ def _cargo_build(builder: Builder, crate: Path, name: str, version: str, pg_conf
 
     cargo-pgrx would generate that script again; these crates keep it in ``sql/install``.
     """
-    target = cache_root() / "cargo" / name
+    target = _cargo_target(crate)
     builder.run("cargo", "build", "--release", "--lib", "--features", "pg18", *(["--locked"] if locked else []),
                 cwd=crate, env=_cargo_env(pg_config, target))
     shutil.copy(target / "release" / f"lib{name}.so", _pg_dir(pg_config, "pkglibdir") / f"{name}.so")
-    # the build's intermediates take gigabytes (over 5 GB for pg_search); the installation is what is cached
-    shutil.rmtree(target, ignore_errors=True)
     extension = _pg_dir(pg_config, "sharedir") / "extension"
     shutil.copy(crate / "sql" / "install" / f"{name}--{version}.sql", extension / f"{name}--{version}.sql")
     control = (crate / f"{name}.control").read_text().replace("@CARGO_VERSION@", version)
@@ -530,7 +536,7 @@ def _build_pg_search(builder: Builder, sources: Sequence[Path], pg_config: Path)
     (paradedb / "rust-toolchain.toml").unlink()
     home = paradedb.parent / "pgrx-home"
     home.mkdir()
-    env = {**_cargo_env(pg_config, cache_root() / "cargo" / "pg_search"), "PGRX_HOME": str(home)}
+    env = {**_cargo_env(pg_config, _cargo_target(paradedb)), "PGRX_HOME": str(home)}
     pgrx = cargo_pgrx / "bin" / "cargo-pgrx"
     builder.run(pgrx, "pgrx", "init", f"--pg18={pg_config}", cwd=paradedb, env=env)
     # cargo-pgrx then builds the crates a second time, in the dev profile, for the binary that
