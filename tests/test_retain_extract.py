@@ -191,7 +191,7 @@ def sentence_facts(request: Request) -> Reply:
     facts = facts_for(prompt)["facts"]
     for number, found in enumerate(facts[1:], start=1):
         found["causal_relations"] = [{"target_index": number - 1, "relation_type": "caused_by"}]
-    return openai_reply(json.dumps({"facts": facts}))
+    return facts_reply(*facts)
 
 
 async def test_long_content_is_chunked_and_causes_follow_their_facts(server: FixtureServer) -> None:

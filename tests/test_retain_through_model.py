@@ -16,7 +16,7 @@ import httpx
 import pytest
 from hindsight_recall.service.wire import EXTRAS
 from hindsight_recall.testing.http_server import FixtureServer, Reply
-from hindsight_recall.testing.llm_server import fact, openai_reply, stand_in_settings
+from hindsight_recall.testing.llm_server import fact, facts_reply, openai_reply, stand_in_settings
 from hindsight_recall.testing.service import ServerThread, wait_for_operation
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -117,6 +117,19 @@ def test_facts_follow_each_other_within_their_document(http: httpx.Client) -> No
     assert document["memory_unit_count"] == 5
 
 
+def test_a_facts_entities_resolve_against_the_banks(http: httpx.Client, llm: FixtureServer) -> None:
+    """An entity the bank has, named in another case, is that entity; one it has not is a new entity."""
+    b = new_bank()
+    llm.script("POST", PATH, facts_reply(fact("Ines joined Helios Robotics.", entities=["Ines", "Helios Robotics"])))
+    assert http.post(f"{b}/memories", json={"items": [{"content": "Ines joined Helios."}]}).status_code == 200
+    llm.script("POST", PATH, facts_reply(fact("Ines moved to Porto for HELIOS ROBOTICS.",
+                                              entities=["ines", "HELIOS ROBOTICS", "Porto"])))
+    assert http.post(f"{b}/memories", json={"items": [{"content": "Ines moved."}]}).status_code == 200
+    entities = {e["canonical_name"]: e["mention_count"]
+                for e in http.get(f"{b}/entities", params={"limit": 100}).json()["items"]}
+    assert entities == {"Ines": 2, "Helios Robotics": 2, "Porto": 1}
+
+
 def test_causes_in_a_reply_become_causal_links(http: httpx.Client, llm: FixtureServer) -> None:
     b = new_bank()
     reply = {"facts": [fact("Dana's flight was cancelled.", entities=["Dana"]),
@@ -174,7 +187,7 @@ def test_a_fact_outranks_the_turns_that_echo_it(
     assert sorted(ranked) == sorted([USER_TURN, ASSISTANT_TURN]) and ranked[0] == ASSISTANT_TURN
 
     for turn, what in ((USER_TURN, USER_FACT), (ASSISTANT_TURN, ASSISTANT_FACT)):
-        llm.script("POST", PATH, openai_reply(json.dumps({"facts": [fact(what, entities=["Maya"])]})))
+        llm.script("POST", PATH, facts_reply(fact(what, entities=["Maya"])))
         assert http.post(f"{through}/memories", json={"items": [{"content": turn}]}).json()["memories"] == 1
     ranked = [r["text"] for r in http.post(f"{through}/memories/recall", json=question).json()["results"]]
     assert sorted(ranked) == sorted([USER_FACT, ASSISTANT_FACT]) and ranked[0] == USER_FACT
