@@ -264,6 +264,11 @@ class PromptBlock:
     active: bool = True
 
 
+def prompt_text(blocks: Sequence[PromptBlock], separator: str = "\n\n") -> str:
+    """The prompt ``blocks`` make: the active ones' text, in order, joined by ``separator``."""
+    return separator.join(block.text for block in blocks if block.active)
+
+
 @dataclass(frozen=True)
 class Usage:
     """Tokens one or more calls consumed, in upstream Hindsight's ``TokenUsage`` fields."""

@@ -11,3 +11,4 @@ from ..types import PromptBlock as PromptBlock
 from ..types import Role as Role
 from ..types import Usage as Usage
 from ..types import as_int as as_int
+from ..types import prompt_text as prompt_text

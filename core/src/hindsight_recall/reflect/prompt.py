@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..llm.types import ChatRequest, Message, PromptBlock
+from ..llm.types import ChatRequest, Message, PromptBlock, prompt_text
 
 DEFAULT_ROLE = "You are the memory of an assistant. You answer questions from what you remember, and only from that."
 NEUTRAL = 3
@@ -95,7 +95,7 @@ def system_blocks(profile: Mapping[str, Any], structured: bool) -> list[PromptBl
 
 def system_prompt(profile: Mapping[str, Any], structured: bool) -> str:
     """The system prompt for a bank (see :func:`system_blocks`)."""
-    return "\n\n".join(block.text for block in system_blocks(profile, structured) if block.active)
+    return prompt_text(system_blocks(profile, structured))
 
 
 #: the user's message of :func:`user_prompt` with its values as placeholders

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..llm.types import ChatRequest, Message, PromptBlock
+from ..llm.types import ChatRequest, Message, PromptBlock, prompt_text
 
 INTRO = ("You read a text and write down the facts in it that are worth remembering, each as one "
          "self-contained entry in a long-term memory. Write every value in the language of the text; "
@@ -80,7 +80,7 @@ def system_blocks(mode: str, custom_instructions: str | None, causal: bool) -> l
 
 def system_prompt(mode: str, custom_instructions: str | None, causal: bool) -> str:
     """The system prompt for a mode (see :func:`system_blocks`)."""
-    return "\n\n".join(block.text for block in system_blocks(mode, custom_instructions, causal) if block.active)
+    return prompt_text(system_blocks(mode, custom_instructions, causal))
 
 
 def focus_block(mission: str | None) -> PromptBlock:
@@ -114,7 +114,7 @@ def user_message(text: str, *, chunk: int, chunks: int, timestamp: datetime | No
         else "unknown"
     blocks = [focus_block(mission), item_block(text, position=f"{chunk + 1} of {chunks}", when=when,
                                                context=context or "none", metadata=metadata)]
-    return "\n".join(block.text for block in blocks if block.active)
+    return prompt_text(blocks, "\n")
 
 
 def reply_schema(causal: bool) -> dict[str, Any]:
