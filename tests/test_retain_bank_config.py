@@ -82,7 +82,10 @@ def test_a_configured_bank_sends_its_mission_mode_and_chunk_size_and_another_doe
         assert user.startswith("## Focus\nKeep only travel plans.\n")
         assert "Never summarise" in system and "Merge statements" not in system
         assert len(user.split("<text>\n", 1)[1].removesuffix("\n</text>")) <= 100
-    assert f"Chunk: 1 of {len(requests)}" in requests[0][1]
+    # chunks are extracted concurrently, so the model sees them in any order
+    numbered = sorted(next(line for line in user.splitlines() if line.startswith("Chunk: "))
+                      for _, user, _ in requests)
+    assert numbered == sorted(f"Chunk: {n} of {len(requests)}" for n in range(1, len(requests) + 1))
 
     llm.reset()
     retain(http, plain)
