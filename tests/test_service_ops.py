@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -190,13 +191,16 @@ def test_database_errors_are_503_and_redacted() -> None:
 # ---- metrics and the access log ------------------------------------------------------------------
 
 def test_metrics(server: Any, http: httpx.Client, bank: str) -> None:
-    http.post(recall_path(bank), json={"query": "Where does Alice work?"})
+    for _ in range(2):  # the second question's embedding comes from the cache
+        http.post(recall_path(bank), json={"query": "Where does Alice work?"})
     text = httpx.get(server.url + "/metrics", headers=AUTH).text
     route = "/v1/default/banks/{bank_id}/memories/recall"
     assert f'hindsight_http_requests_total{{method="POST",route="{route}",status="200"}}' in text
     assert f'hindsight_http_request_duration_seconds_bucket{{le="0.001",method="POST",route="{route}"' in text
     assert 'hindsight_recall_phase_duration_seconds_count{phase="generate_query_embedding"}' in text
     assert "hindsight_db_pool_checked_out" in text and "hindsight_reranker_fallbacks_total 0.0" in text
+    hits = re.search(r'^hindsight_query_embedding_cache_lookups_total\{result="hit"\} (\S+)$', text, re.M)
+    assert hits and float(hits.group(1)) >= 1
     assert bank not in text  # bank ids never become labels
 
 

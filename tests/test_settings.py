@@ -62,6 +62,7 @@ DEFAULTS = {
     "embeddings_local_backend": "auto",
     "embeddings_onnx_cache_dir": None,
     "embeddings_onnx_int8": True,
+    "embeddings_query_cache_size": 1024,
     "reranker_provider": "local",
     "reranker_send_bank_as_header": False,
     "reranker_on_error": "fallback",

@@ -215,6 +215,8 @@ class Settings(BaseSettings, BankSettings):
     embeddings_local_model: str | None = None
     embeddings_query_prefix: str = ""
     embeddings_passage_prefix: str = ""
+    #: questions whose embeddings are kept for when they are asked again, in any bank (0: none)
+    embeddings_query_cache_size: int = Field(1024, ge=0)
     #: texts per forward pass; unset, the backend's best on CPU (64 on torch, 8 on ONNX Runtime, 1 with INT8)
     embeddings_batch_size: int | None = Field(None, ge=1)
     #: ``torch`` runs the model through sentence-transformers; ``onnx`` through ONNX Runtime (a

@@ -19,6 +19,7 @@ from ..jsonl import parse_memory
 from ..plugins import PluginManager, adopt, get_plugin_manager
 from ..protocols import BudgetFunction, EmbeddingProvider, Reranker, Retriever, TextSearchBackend
 from ..recall.pipeline import run_recall, warm_date_parser
+from ..recall.query_vectors import QueryVectors
 from ..recall.request import build_request
 from ..recall.rerank import RerankStage
 from ..retain import edit as edits
@@ -91,6 +92,7 @@ class Engine:
         self.plugins = plugins or get_plugin_manager()
         self.text_search: TextSearchBackend = self._plugin("text_search", text_search, s.text_search_extension)
         self.embedder: EmbeddingProvider = self._plugin("embeddings", embedder, s.embeddings_provider)
+        self.query_vectors = QueryVectors(self.embedder, s.embeddings_query_cache_size)
         self.rerank = RerankStage(self._plugin("reranker", reranker, s.reranker_provider), s)
         self.retrievers: list[Retriever] = [cls(s) for cls in self.plugins.all("retriever")]
         self._budget_functions = {

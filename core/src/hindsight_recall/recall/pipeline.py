@@ -318,7 +318,7 @@ def _cap_query(engine: RecallServices, req: RecallRequest) -> RecallRequest:
 
 
 async def _embed(engine: RecallServices, query: str) -> list[float]:
-    return list((await engine.embedder.embed([query], mode="query"))[0])
+    return await engine.query_vectors.vector(query)
 
 
 def _start_composed(

@@ -8,6 +8,7 @@ from ..protocols import BudgetFunction, EmbeddingProvider, Retriever, TextSearch
 from ..settings import Settings
 from ..store.db import Database
 from ..tokens import TokenCounter
+from .query_vectors import QueryVectors
 from .rerank import RerankStage
 
 
@@ -17,6 +18,7 @@ class RecallServices(Protocol):
     settings: Settings
     db: Database
     embedder: EmbeddingProvider
+    query_vectors: QueryVectors
     text_search: TextSearchBackend
     retrievers: list[Retriever]
     rerank: RerankStage

@@ -117,6 +117,7 @@ def create_app(settings: Settings | None = None) -> Any:
     service_metrics = ServiceMetrics()
     service_metrics.watch_pool(engine)
     service_metrics.watch_extraction(engine)
+    service_metrics.watch_query_vectors(engine)
     routes: list[Any] = [
         Route("/health", health), Route("/health/ready", health), Route("/health/live", live),
         Route("/version", version_info), Route("/v1/version", version_info), Route("/metrics", metrics),

@@ -54,6 +54,20 @@ class _ExtractionCollector(Collector):
         yield tokens
 
 
+class _QueryVectorCollector(Collector):
+    """How often a recall's question embedding came from the cache, read when scraped."""
+
+    def __init__(self, query_vectors: Any) -> None:
+        self.query_vectors = query_vectors
+
+    def collect(self) -> Any:
+        lookups = CounterMetricFamily("hindsight_query_embedding_cache_lookups",
+                                      "Recall questions looked up in the embedding cache", labels=["result"])
+        lookups.add_metric(["hit"], self.query_vectors.hits)
+        lookups.add_metric(["miss"], self.query_vectors.misses)
+        yield lookups
+
+
 class ServiceMetrics:
     """The counters and histograms the service records."""
 
@@ -81,6 +95,10 @@ class ServiceMetrics:
     def watch_extraction(self, engine: Any) -> None:
         """Report what ``engine``'s retain model has cost (its fact extractions' calls and tokens) at every scrape."""
         self.registry.register(_ExtractionCollector(engine.facts))
+
+    def watch_query_vectors(self, engine: Any) -> None:
+        """Report the hits and misses of ``engine``'s question embedding cache at every scrape."""
+        self.registry.register(_QueryVectorCollector(engine.query_vectors))
 
     def record_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
