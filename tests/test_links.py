@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -98,6 +99,38 @@ async def test_batches_into_an_existing_bank_link_like_one_load(
     assert len(found & expected) >= 0.95 * len(expected)  # HNSW on a few hundred rows is exact in practice
     for bank_id in (whole, split, unindexed, by_index):  # neighbours in time are read from the dates
         assert not await links_of(engine, bank_id, "temporal")
+
+
+async def test_small_batches_into_an_existing_bank_are_linked_by_the_database(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches of up to SCAN_MAX_BATCH rows never read the bank's vectors, and link exactly as one load."""
+    synthetic = generate(320, seed=12)
+    memories = [dataclasses.replace(m, causes=()) for m in synthetic.memories]  # a batch may not name a later one
+    whole, batched = (f"test-links-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    await engine.retain(whole, memories, embeddings=synthetic.vectors)
+    await engine.retain(batched, memories[:256], embeddings=synthetic.vectors[:256])
+
+    async def no_reading(*args: object) -> None:
+        raise AssertionError("a small batch read the bank's vectors")
+
+    monkeypatch.setattr(links, "_by_reading", no_reading)
+    for start in range(256, 320, links.SCAN_MAX_BATCH):
+        end = start + links.SCAN_MAX_BATCH
+        await engine.retain(batched, memories[start:end], embeddings=synthetic.vectors[start:end])
+
+    async def weighted(bank: str) -> dict[tuple[str, str], float]:
+        names = {unit_id(bank, m.id): m.id for m in memories}
+        late = {m.id for m in memories[-links.SCAN_MAX_BATCH:]}  # the last batch sees the bank as one load does
+        async with engine.db.connect() as conn:
+            rows = await conn.execute(text(
+                "SELECT l.from_unit_id, l.to_unit_id, l.weight FROM memory_links l JOIN memory_units u "
+                "ON u.id = l.from_unit_id WHERE u.bank_id = :b AND l.link_type = 'semantic'"), {"b": bank})
+            return {(names[a], names[b]): w for a, b, w in rows if names[a] in late}
+
+    expected, found = await weighted(whole), await weighted(batched)
+    assert expected and found.keys() == expected.keys()
+    assert all(abs(found[pair] - weight) < 1e-5 for pair, weight in expected.items())
 
 
 async def test_reretain_keeps_links_unique(engine: Engine, bank: str) -> None:

@@ -4,7 +4,8 @@ Neighbours in time are not stored: the temporal arm reads them from the dates (a
 side), as the graph endpoint does for the memories it shows. Semantic links are computed over a
 whole batch at once in numpy and written with one binary COPY; nothing runs once per memory. A new
 bank needs no database reads at all. A batch into an existing bank reads the bank's vectors back,
-except a small batch into a big bank, which asks the bank's HNSW indexes, many rows per statement.
+except a small batch: into a big bank it asks the bank's HNSW indexes, many rows per statement; into
+a smaller one the database compares its few rows with the bank's, exactly.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ INDEX_MIN_ROWS = 20_000
 INDEX_RATIO = 500
 #: new rows per HNSW statement
 INDEX_BATCH = 200
+#: a batch of at most this many rows into a smaller bank has its neighbours found by the database
+SCAN_MAX_BATCH = 16
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ async def existing_bank_links(
         if not search_set:
             await set_index_search(conn)
         return await _by_index(conn, bank_id, ids, floor, where.predicate("m"))
+    if len(ids) <= SCAN_MAX_BATCH:
+        return await _by_scan(conn, bank_id, ids, floor)
     return await _by_reading(conn, bank_id, uuid_keys(ids), floor)
 
 
@@ -153,21 +158,48 @@ async def _by_index(conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], f
         "AND 1 - n.distance >= %(floor)s"
         for i in range(len(FACT_TYPES))
     ]
-    best: dict[uuid.UUID, list[tuple[float, uuid.UUID]]] = {}
     raw = await driver_connection(conn)
     cursor = raw.cursor()
+    found: list[tuple[uuid.UUID, uuid.UUID, float]] = []
     for start in range(0, len(ids), INDEX_BATCH):
         params: dict[str, Any] = {"bank": bank_id, "ids": ids[start : start + INDEX_BATCH],
                                   "k": SEMANTIC_NEIGHBOURS + 1, "floor": floor,
                                   **{f"type_{i}": t for i, t in enumerate(FACT_TYPES)}}
         await cursor.execute(" UNION ALL ".join(branches), params)
-        for source, target, value in await cursor.fetchall():
-            best.setdefault(source, []).append((float(value), target))
+        found.extend(await cursor.fetchall())
+    return _nearest(found)
+
+
+async def _by_scan(conn: AsyncConnection, bank_id: str, ids: list[uuid.UUID], floor: float) -> Links:
+    """Exact neighbours of a few new rows, found by the database: each new row is compared with every
+    vector of the bank where they lie, so the bank's vectors never come to this process (whose memory
+    would otherwise grow with its largest bank).
+
+    Ordered by similarity rather than by distance, so no vector index can answer it approximately.
+    """
+    raw = await driver_connection(conn)
+    cursor = raw.cursor()
+    await cursor.execute(
+        "SELECT q.id, n.id, n.similarity FROM memory_units q "
+        "CROSS JOIN LATERAL (SELECT m.id, 1 - (m.embedding <=> q.embedding) AS similarity FROM memory_units m "
+        "WHERE m.bank_id = %(bank)s AND m.embedding IS NOT NULL AND m.id <> q.id "
+        "ORDER BY similarity DESC LIMIT %(k)s) n "
+        "WHERE q.bank_id = %(bank)s AND q.id = ANY(%(ids)s) AND q.embedding IS NOT NULL "
+        "AND n.similarity >= %(floor)s",
+        {"bank": bank_id, "ids": ids, "k": SEMANTIC_NEIGHBOURS, "floor": floor})
+    return _nearest(await cursor.fetchall())
+
+
+def _nearest(found: Sequence[tuple[uuid.UUID, uuid.UUID, float]]) -> Links:
+    """Semantic links from ``(source, target, similarity)`` rows: each source's 50 most similar targets."""
+    best: dict[uuid.UUID, list[tuple[float, uuid.UUID]]] = {}
+    for source, target, value in found:
+        best.setdefault(source, []).append((float(value), target))
     sources: list[uuid.UUID] = []
     targets: list[uuid.UUID] = []
     weights: list[float] = []
-    for source, found in best.items():
-        for sim, target in sorted(found, key=lambda x: -x[0])[:SEMANTIC_NEIGHBOURS]:
+    for source, pairs in best.items():
+        for sim, target in sorted(pairs, key=lambda x: -x[0])[:SEMANTIC_NEIGHBOURS]:
             sources.append(source)
             targets.append(target)
             weights.append(min(1.0, sim))
