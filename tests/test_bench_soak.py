@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from hindsight_recall import Engine
-from hindsight_recall.bench.soak import SoakOptions, growth, memory_rss, query, run_soak, sentence
+from hindsight_recall.bench import soak
+from hindsight_recall.bench.soak import SoakOptions, failures, growth, memory_rss, query, run_soak, sentence
 from hindsight_recall.cli import main
 
 
@@ -17,7 +18,8 @@ def test_a_short_soak_on_its_own_embedded_database(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     result = CliRunner().invoke(main, ["bench", "soak", "--minutes", "0.2", "--clients", "2", "--banks", "3",
                                        "--seed-memories", "2", "--sample-seconds", "4", "--checks", "6",
-                                       "--recall-share", "0.5", "--out", str(out)], env={"HF_HUB_OFFLINE": "1"})
+                                       "--recall-share", "0.5", "--out", str(out), "--flat-within", "500"],
+                           env={"HF_HUB_OFFLINE": "1"})
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["options"]["database"] == "embedded" and report["options"]["clients"] == 2
@@ -57,6 +59,34 @@ def test_growth_over_the_last_window() -> None:
     assert growth(samples, 30) == 30.0
     assert growth(samples[:1], 10) is None
     assert growth(samples, 10, in_mb=True) == 10.0
+
+
+def passing_report(**changes: object) -> dict[str, object]:
+    report: dict[str, object] = {"rss_growth_second_half_mb": 4.0, "requests": {"errors": 0}, "errors_by_kind": {},
+                                 "acknowledged": 90, "stored": 90}
+    return {**report, **changes}
+
+
+def test_what_fails_a_soak() -> None:
+    assert failures(passing_report(), 10) == []
+    assert failures(passing_report(rss_growth_second_half_mb=10.0), 10) == []
+    assert failures(passing_report(rss_growth_second_half_mb=10.1), 10) == [
+        "RSS grew by 10.1 MB over the second half, more than 10 MB"]
+    assert "too few samples" in failures(passing_report(rss_growth_second_half_mb=None), 10)[0]
+    assert failures(passing_report(requests={"errors": 2}, errors_by_kind={"recall 500": 2}), 10) == [
+        "2 requests failed: {'recall 500': 2}"]
+    assert failures(passing_report(stored=89), 10) == ["90 memories acknowledged, 89 stored"]
+
+
+def test_flat_within_fails_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def grown(options: SoakOptions, echo: object) -> dict[str, object]:
+        return passing_report(rss_growth_second_half_mb=25.0)
+
+    monkeypatch.setattr(soak, "run_soak", grown)
+    result = CliRunner().invoke(main, ["bench", "soak", "--flat-within", "10"])
+    assert result.exit_code == 1 and "RSS grew by 25.0 MB over the second half, more than 10 MB" in result.output
+    assert CliRunner().invoke(main, ["bench", "soak", "--flat-within", "30"]).exit_code == 0
+    assert CliRunner().invoke(main, ["bench", "soak", "--flat-within", "-1"]).exit_code == 2
 
 
 def test_rss_of_this_process_and_texts() -> None:

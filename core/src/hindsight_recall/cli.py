@@ -324,11 +324,14 @@ def bench_scale(sizes: str, budgets: str, embeddings: str, concurrency: str, que
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), help="Write the server's log here.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the report as JSON here.")
+@click.option("--flat-within", type=click.FloatRange(min=0), metavar="MB",
+              help="Fail unless RSS grew by at most MB over the second half of the run (after warm-up), "
+              "no request failed and every acknowledged memory was stored.")
 def bench_soak(minutes: float, clients: int, banks: int, recall_share: float, seed_memories: int,
                sample_seconds: float, checks: int, database_url: str | None, server_env: tuple[str, ...],
-               seed: int, log: Path | None, out: Path | None) -> None:
+               seed: int, log: Path | None, out: Path | None, flat_within: float | None) -> None:
     """Run `serve` under recalls and small retains for a while; report its memory (RSS) per sample."""
-    from .bench.soak import SoakOptions, run_soak
+    from .bench.soak import SoakOptions, failures, run_soak
 
     if any("=" not in item for item in server_env):
         raise click.BadParameter("give NAME=VALUE", param_hint="--server-env")
@@ -339,6 +342,8 @@ def bench_soak(minutes: float, clients: int, banks: int, recall_share: float, se
     report = run(lambda: run_soak(options, echo=click.echo))
     if out:
         out.write_text(json.dumps(report, indent=2))
+    if flat_within is not None and (failed := failures(report, flat_within)):
+        raise click.ClickException("; ".join(failed))
 
 
 @bench.command("load")

@@ -291,6 +291,22 @@ async def run_soak(options: SoakOptions, echo: Callable[[str], None] = print) ->
     return report
 
 
+def failures(report: dict[str, Any], flat_within_mb: float) -> list[str]:
+    """What keeps a soak's report from passing: memory that grew by more than ``flat_within_mb`` over the
+    second half of the run, failed requests, acknowledged memories that were not stored."""
+    failed = []
+    grew = report["rss_growth_second_half_mb"]
+    if grew is None:
+        failed.append("too few samples to tell the growth over the second half (lower --sample-seconds)")
+    elif grew > flat_within_mb:
+        failed.append(f"RSS grew by {grew} MB over the second half, more than {flat_within_mb:g} MB")
+    if report["requests"]["errors"]:
+        failed.append(f"{report['requests']['errors']} requests failed: {report['errors_by_kind']}")
+    if report["stored"] != report["acknowledged"]:
+        failed.append(f"{report['acknowledged']} memories acknowledged, {report['stored']} stored")
+    return failed
+
+
 def summary(report: dict[str, Any]) -> str:
     """The end of a soak in a few lines."""
     first, last = report["samples"][0], report["samples"][-1]
