@@ -220,8 +220,8 @@ FAULT_TRIALS = "200"
 def faults(session: nox.Session) -> None:
     """kill -9 at seeded points of every write path, 200 times (HINDSIGHT_FAULT_TRIALS, _SEED), summed up;
     then a Citus worker killed under load; then the faults below the service (the database killed,
-    stopped, moved, cut off or stalled; a full disk) with their figures, and 64 and 256 clients for
-    2 minutes each (HINDSIGHT_LOAD_SECONDS)."""
+    stopped, moved, cut off or stalled; a full disk) with their figures, 64 and 256 clients for
+    2 minutes each (HINDSIGHT_LOAD_SECONDS), and last the 30-minute memory soak (``soak``)."""
     import collections
     import json
 
@@ -258,6 +258,28 @@ def faults(session: nox.Session) -> None:
                     figures = json.loads(line)
                     session.log(f"{figures['scenario']:36} {figures['requests']:6} requests {figures['by_status']} "
                                 f"recovered in {figures['recovery_seconds']} s")
+    run_soak(session)
+
+
+#: minutes of ``nox -s soak`` unless HINDSIGHT_SOAK_MINUTES says; RSS may grow by at most SOAK_FLAT_MB
+#: over the second half (after warm-up)
+SOAK_MINUTES, SOAK_FLAT_MB = "30", "10"
+
+
+@nox.session(python="3.11", default=False)
+def soak(session: nox.Session) -> None:
+    """``serve`` under 8 clients (80 % recalls, 20 % retains) for 30 minutes (HINDSIGHT_SOAK_MINUTES): fails
+    unless its RSS grew by at most 10 MB over the second half, no request failed and every acknowledged
+    memory was stored. CI runs it; ``faults`` ends with it."""
+    install(session)
+    run_soak(session)
+
+
+def run_soak(session: nox.Session) -> None:
+    minutes = os.environ.get("HINDSIGHT_SOAK_MINUTES", SOAK_MINUTES)
+    out = os.path.join(session.create_tmp(), "soak.json")
+    session.run("hindsight-recall", "bench", "soak", "--minutes", minutes, "--clients", "8",
+                "--sample-seconds", "60", "--flat-within", SOAK_FLAT_MB, "--out", out, env=OFFLINE)
 
 
 @nox.session(python="3.11", default=False)
