@@ -121,12 +121,12 @@ async def test_small_batches_into_an_existing_bank_are_linked_by_the_database(
 
     async def weighted(bank: str) -> dict[tuple[str, str], float]:
         names = {unit_id(bank, m.id): m.id for m in memories}
-        late = {m.id for m in memories[-links.SCAN_MAX_BATCH:]}  # the last batch sees the bank as one load does
+        last = [unit_id(bank, m.id) for m in memories[-links.SCAN_MAX_BATCH:]]  # it sees the bank as one load does
         async with engine.db.connect() as conn:
             rows = await conn.execute(text(
-                "SELECT l.from_unit_id, l.to_unit_id, l.weight FROM memory_links l JOIN memory_units u "
-                "ON u.id = l.from_unit_id WHERE u.bank_id = :b AND l.link_type = 'semantic'"), {"b": bank})
-            return {(names[a], names[b]): w for a, b, w in rows if names[a] in late}
+                "SELECT from_unit_id, to_unit_id, weight FROM memory_links "
+                "WHERE from_unit_id = ANY(:ids) AND link_type = 'semantic'"), {"ids": last})
+            return {(names[a], names[b]): w for a, b, w in rows}
 
     expected, found = await weighted(whole), await weighted(batched)
     assert expected and found.keys() == expected.keys()
