@@ -270,7 +270,7 @@ SOAK_MINUTES, SOAK_FLAT_MB = "30", "10"
 def soak(session: nox.Session) -> None:
     """``serve`` under 8 clients (80 % recalls, 20 % retains) for 30 minutes (HINDSIGHT_SOAK_MINUTES): fails
     unless its RSS grew by at most 10 MB over the second half, no request failed and every acknowledged
-    memory was stored. CI runs it; ``faults`` ends with it."""
+    memory was stored. ``faults`` ends with it."""
     install(session)
     run_soak(session)
 
