@@ -19,7 +19,8 @@ class Counting:
     """The engine's embedder, counting the texts it is asked to embed as questions."""
 
     def __init__(self, embedder: EmbeddingProvider) -> None:
-        self.embedder, self.questions = embedder, []  # type: list[str]
+        self.embedder = embedder
+        self.questions: list[str] = []
 
     async def embed(self, texts: Sequence[str], *, mode: str) -> list[list[float]]:
         if mode == "query":
