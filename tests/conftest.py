@@ -106,16 +106,8 @@ def citus_workers(request: pytest.FixtureRequest) -> list[Any]:
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh embedded-server data dir per run, outside the home directory.
-
-    The folders above it stay traversable for the run: the server's user opens some of its files by
-    absolute path while it runs, and a start elsewhere under the same folders that opens them only for
-    its own start would close them again behind it.
-    """
-    folder = tmp_path_factory.mktemp("pg")
-    for above in (folder, folder.parent, folder.parent.parent):
-        above.chmod(above.stat().st_mode | 0o011)
-    return folder / "data"
+    """A fresh embedded-server data dir per run, in private folders the server's user is let through."""
+    return tmp_path_factory.mktemp("pg") / "data"
 
 
 @pytest.fixture(scope="session")

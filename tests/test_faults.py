@@ -245,7 +245,6 @@ def _plan() -> list[tuple[str, int]]:
 @pytest.fixture(scope="module")
 def fault_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("faults")
-    work.chmod(0o755)
     return work
 
 

@@ -18,7 +18,7 @@ import pytest
 from hindsight_recall import Engine
 from hindsight_recall.errors import ConfigError, DatabaseError
 from hindsight_recall.settings import Settings, load_settings, redact
-from hindsight_recall.store import embedded
+from hindsight_recall.store import embedded, traverse
 from sqlalchemy.engine import make_url
 
 SECRET = "Zq9-never-print-me"
@@ -79,6 +79,10 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+def _can_enter(user: str, folder: Path) -> bool:
+    return subprocess.run(["test", "-x", str(folder)], user=user, cwd="/", timeout=60).returncode == 0
+
+
 def test_embedded_server_is_private(tmp_path: Path) -> None:
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
@@ -87,10 +91,10 @@ def test_embedded_server_is_private(tmp_path: Path) -> None:
     inner.mkdir(mode=0o700)
     inner.chmod(0o700)
     data_dir = inner / "data"
-    modes = {p: _mode(p) for p in (tmp_path, private, inner)}
+    others = {p: _mode(p) & 0o007 for p in (tmp_path, private, inner)}
     url = embedded.start(data_dir)
     try:
-        assert {p: _mode(p) for p in modes} == modes  # no parent was loosened
+        assert {p: _mode(p) & 0o007 for p in others} == others  # no parent was opened to everyone
         found = embedded.status(data_dir)
         assert found is not None
         owner = data_dir.stat().st_uid
@@ -100,11 +104,15 @@ def test_embedded_server_is_private(tmp_path: Path) -> None:
         hba = [line for line in (data_dir / "pg_hba.conf").read_text().splitlines() if not line.startswith("#")]
         assert hba == ["local all all peer map=hindsight"]
         assert _mode(data_dir / "pg_hba.conf") == 0o600
-        with psycopg.connect(url) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:
             assert conn.execute("SHOW listen_addresses").fetchone() == ("",)
             assert conn.execute("SHOW password_encryption").fetchone() == ("scram-sha-256",)
+            # The checkpointer writes global/pg_control by its absolute path, long after the start.
+            conn.execute("CHECKPOINT")
+            assert conn.execute("SELECT 1").fetchone() == (1,)
         if os.geteuid() == 0:
             assert pwd.getpwuid(owner).pw_name == embedded.SERVER_USER
+            assert _can_enter(embedded.SERVER_USER, inner) and not _can_enter("nobody", private)
             other = subprocess.run(
                 [str(embedded._bin_dir() / "psql"), "-w", "-d", url, "-c", "SELECT 1"],
                 user="nobody", cwd="/", capture_output=True, text=True, timeout=60,
@@ -112,7 +120,47 @@ def test_embedded_server_is_private(tmp_path: Path) -> None:
             assert other.returncode != 0 and ("Permission denied" in other.stderr or "authentication" in other.stderr)
     finally:
         embedded.stop(data_dir)
-    assert {p: _mode(p) for p in modes} == modes
+
+
+def test_granting_traverse_names_one_user_and_keeps_every_other_entry(tmp_path: Path) -> None:
+    folder = tmp_path / "f"
+    folder.mkdir()
+    folder.chmod(0o750)
+    traverse.grant_traverse(folder, 4242)
+    entries = traverse.read_acl(folder)
+    assert traverse.allows_traverse(entries, 4242) and not traverse.allows_traverse(entries, 4243)
+    assert entries[(traverse._USER_OBJ, traverse._NO_ID)] == 7
+    assert entries[(traverse._GROUP_OBJ, traverse._NO_ID)] == 5  # the group keeps r-x, no more
+    assert entries[(traverse._OTHER, traverse._NO_ID)] == 0
+    assert _mode(folder) == 0o750  # the mask shows in the group bits: r-x, as before
+    raw = os.getxattr(folder, "system.posix_acl_access")
+    traverse.grant_traverse(folder, 4242)
+    assert os.getxattr(folder, "system.posix_acl_access") == raw  # granting twice changes nothing
+    traverse.grant_traverse(folder, 4243)
+    both = traverse.read_acl(folder)
+    assert traverse.allows_traverse(both, 4242) and traverse.allows_traverse(both, 4243)
+
+
+def test_a_folder_without_acls_is_read_from_its_mode_and_refused_with_a_fix(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts a ramfs, whose folders keep no ACLs, and runs the server as its own user")
+    mount = tmp_path / "ramfs"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a ramfs here: {made.stderr.decode().strip()}")
+    try:
+        private = mount / "private"
+        private.mkdir(mode=0o700)
+        private.chmod(0o700)
+        assert traverse.read_acl(private)[(traverse._OTHER, traverse._NO_ID)] == 0
+        with pytest.raises(traverse.Unsupported):
+            traverse.grant_traverse(private, 4242)
+        with pytest.raises(DatabaseError, match=r"not traversable.*chmod o\+x.*EMBEDDED_DATA_DIR"):
+            embedded.start(private / "data")
+        assert not (private / "data").exists() and _mode(private) == 0o700
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_server_settings_are_sized_and_overridable(tmp_path: Path) -> None:

@@ -452,7 +452,6 @@ def shared_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from hindsight_recall.store import embedded
 
     work = Path(tempfile.mkdtemp(prefix="hindsight-operations-"))
-    work.chmod(0o755)  # the server's user must reach its data dir for the server's whole life
     url = embedded.start(work / "data")
     try:
         yield url

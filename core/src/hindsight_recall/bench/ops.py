@@ -121,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     from ..testing.service import ServeProcess
 
     work = Path(tempfile.mkdtemp(prefix="bench-ops-"))
-    work.chmod(0o755)  # the embedded server's user must reach its data dir for the server's whole life
     url = os.environ.get("HINDSIGHT_API_DATABASE_URL")
     data = None if url else work / "pg"
     if data is not None:

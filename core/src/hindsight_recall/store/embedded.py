@@ -8,8 +8,8 @@ server stays private to the user who runs the engine (see docs/operations.md):
 - clients authenticate by ``peer``: the OS user of the connecting process, mapped to the
   ``postgres`` role for the engine's user and the server user only. No ``trust`` line exists;
 - as root the server runs as the system user ``embedded_postgres``. Existing directories keep their
-  modes: a parent the server user cannot traverse gets ``o+x`` only while initdb and the start
-  run (after that the server works relative to its data dir), then its mode is restored.
+  modes: a parent that user cannot traverse gets an ACL entry letting that user alone traverse it,
+  for good, since the server opens some files by absolute path for its whole life.
 
 Lifetime: each process using a server registers its pid (and start time) in a lock file next to
 the data dir. The last live user stops the server; a user that was killed is pruned by the next
@@ -40,6 +40,7 @@ from urllib.parse import quote
 
 from ..errors import DatabaseError
 from ..settings import sized_settings as sized_settings  # the sizing lives with the settings it feeds
+from . import traverse
 
 log = logging.getLogger(__name__)
 
@@ -294,8 +295,7 @@ def _ensure_running(path: Path, server_settings: dict[str, str], users: list[lis
         found = None
     if found is None:
         _prepare(path, account, wanted, server_settings)
-        with _traversable(path, account):
-            _start_postmaster(path, account)
+        _start_postmaster(path, account)
         found = _postmaster(path)
         if found is None:
             raise DatabaseError(f"the embedded PostgreSQL server in {path} stopped right after starting; "
@@ -308,6 +308,7 @@ def _ensure_running(path: Path, server_settings: dict[str, str], users: list[lis
 def _prepare(path: Path, account: _Account | None, socket_dir: Path, server_settings: dict[str, str]) -> None:
     """Create the data dir (0700, owned by the server user), initdb it if new, write the config."""
     _check_install(account)
+    _make_reachable(path, account)
     if not path.exists():
         path.mkdir(mode=0o700)
     if account is not None and path.stat().st_uid != account.uid:
@@ -315,9 +316,8 @@ def _prepare(path: Path, account: _Account | None, socket_dir: Path, server_sett
     path.chmod(0o700)  # the data dir is the server's own: PostgreSQL refuses a group/world-readable one
     if not (path / "PG_VERSION").exists():
         log.info("initialising an embedded PostgreSQL cluster in %s", path)
-        with _traversable(path, account):
-            _run(account, "initdb", "-D", str(path), "-U", ROLE, "--encoding=UTF8", "--auth-local=peer",
-                 "--auth-host=scram-sha-256")
+        _run(account, "initdb", "-D", str(path), "-U", ROLE, "--encoding=UTF8", "--auth-local=peer",
+             "--auth-host=scram-sha-256")
     if socket_dir != path:
         _private_dir(socket_dir, account)
     _write_config(path, account, socket_dir, server_settings)
@@ -396,31 +396,27 @@ def _check_install(account: _Account | None) -> None:
         )
 
 
-@contextlib.contextmanager
-def _traversable(path: Path, account: _Account | None) -> Iterator[None]:
-    """Let the server user traverse the parents of ``path`` for a moment, then restore their modes."""
-    if account is None:
-        yield
-        return
-    import fcntl
+def _make_reachable(path: Path, account: _Account | None) -> None:
+    """Let the server user traverse every parent of ``path`` for good, through an ACL naming only that user.
 
-    changed: list[tuple[Path, int]] = []
-    # One window at a time machine-wide: two starts sharing a parent must not restore each other's
-    # temporary mode while the other still needs it.
-    lock_dir = Path("/run") if Path("/run").is_dir() else Path(tempfile.gettempdir())
-    fd = os.open(lock_dir / "hindsight-recall-traverse.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        for parent in reversed(path.parents):
-            if not _can_traverse(parent, account):
-                mode = stat.S_IMODE(parent.stat().st_mode)
-                parent.chmod(mode | stat.S_IXOTH)
-                changed.append((parent, mode))
-        yield
-    finally:
-        for parent, mode in reversed(changed):
-            parent.chmod(mode)
-        os.close(fd)
+    The server opens some files by their absolute path for its whole life, so a window around the start
+    is not enough; nobody else gains any access.
+    """
+    if account is None:
+        return
+    for parent in reversed(path.parents):
+        if _can_traverse(parent, account):
+            continue
+        try:
+            if not traverse.allows_traverse(traverse.read_acl(parent), account.uid):
+                traverse.grant_traverse(parent, account.uid)
+                log.info("granted %s traverse on %s (an ACL entry for that user only)", account.name, parent)
+        except traverse.Unsupported:
+            raise DatabaseError(
+                f"the server user {account.name!r} cannot reach the data dir {path}: {parent} is not traversable "
+                "and its filesystem keeps no ACLs to allow that user alone. Run `chmod o+x` on it yourself, or "
+                "set HINDSIGHT_API_EMBEDDED_DATA_DIR outside a private directory."
+            ) from None
 
 
 def _start_postmaster(path: Path, account: _Account | None) -> None:
