@@ -38,6 +38,9 @@ def test_bench_http_on_a_tiny_split(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert 0.001 < report["systems"]["ours-http"]["latency_ms"]["p50"] < 10_000
     run = report["systems"]["ours-http"]["throughput"][0]
     assert run["clients"] == 2 and run["recalls"] > 0 and run["errors"] == 0
+    # from wrk in its own process: its latencies and its own CPU, apart from the server's
+    assert run["load_generator"] == "wrk" and run["by_status"] == {"200": run["recalls"]}
+    assert 0 < run["latency_ms"]["p50"] <= run["latency_ms"]["p99"] and run["wrk_cpu_ms_per_recall"] >= 0
     assert isinstance(report["http_overhead_ms_p50"], float)
     assert (tmp_path / "pg" / "PG_VERSION").exists()
     # CPU per recall: our server process and the database, one at a time and at each concurrency
@@ -58,6 +61,19 @@ def test_data_dir_is_the_variables_else_the_work_folders(tmp_path: Path, monkeyp
 
 def test_missing_split_is_a_clear_exit(tmp_path: Path) -> None:
     assert main(["--data", str(tmp_path / "nowhere")]) == 2
+
+
+def test_missing_wrk_is_a_clear_exit_naming_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "split"
+    data.mkdir()
+    (data / "memories.jsonl").write_text(json.dumps(MEMORIES[0]) + "\n")
+    (data / "queries.jsonl").write_text(json.dumps(QUESTIONS[0]) + "\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["--data", str(data)]) == 2
+    assert "apt-get install wrk" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--data", str(data), "--load-generator", "ab"])
 
 
 def test_table_lists_every_system_and_concurrency() -> None:

@@ -9,7 +9,8 @@ by the same client, beside an in-process recall on the same database.
 2. retains the split into each over HTTP (ours through ``/v1/default/memories/import``, upstream
    through its retain route), and opens an in-process engine on our service's database;
 3. times every question on every system one at a time, a block at a time, the order of the systems
-   flipping per block; then the throughput of each HTTP system at each ``--concurrency``, counting
+   flipping per block; then the throughput of each HTTP system at each ``--concurrency``, from ``wrk``
+   in its own process (so the clients are not the limit, and its CPU is reported apart), counting
    errors;
 4. measures what a recall costs in CPU: each system's server process and PostgreSQL server (one at
    a time and during each throughput run), and our in-process recall per phase and per arm;
@@ -38,13 +39,16 @@ from typing import Any
 
 from ..recall.cost import Meter
 from ._cpu import PhaseCpu, Stretch, describe, load_average, postmaster_of_data_dir
+from .load import lua_script, wrk, wrk_path
 from .upstream import (
+    UPSTREAM_BODY,
     alternate,
     ensure_upstream,
     free_port,
     load_split,
     percentiles,
     recall_ours,
+    recall_path,
     recall_upstream,
     retain_upstream,
     split_exists,
@@ -53,14 +57,15 @@ from .upstream import (
 )
 
 Recaller = Callable[[dict[str, Any]], Awaitable[list[str]]]
+#: an HTTP system's base URL and recall body, for the load generator
+Target = tuple[str, dict[str, Any]]
 #: our request body for the benchmark's recall: the in-process options of ``recall_ours``
 OUR_BODY = {"budget": "mid", "max_tokens": 4096, "include": {"entities": None}}
 
 
 async def recall_http(client: Any, q: dict[str, Any]) -> list[str]:
     """One recall through our service; the memory ids in rank order."""
-    response = await client.post(f"/v1/default/banks/{q['bank']}/memories/recall",
-                                 json={"query": q["question"], **OUR_BODY})
+    response = await client.post(recall_path(q), json={"query": q["question"], **OUR_BODY})
     response.raise_for_status()
     return [r["id"] for r in response.json()["results"]]
 
@@ -89,6 +94,26 @@ async def throughput(recaller: Recaller, questions: list[dict[str, Any]], client
     elapsed = time.perf_counter() - started
     out: dict[str, Any] = {"clients": clients, "recalls": done, "errors": errors,
                            "per_second": round(done / elapsed, 1)}
+    if stretch is not None:
+        out["cpu_ms_per_recall"] = stretch.per_recall(done)
+    return out
+
+
+def throughput_wrk(url: str, body: dict[str, Any], questions: list[dict[str, Any]], clients: int, seconds: float,
+                   lua: Path, meter: Meter | None = None) -> dict[str, Any]:
+    """``wrk`` in its own process keeping ``clients`` connections busy with the questions for ``seconds``:
+    recalls per second (200 answers), errors (any other answer or socket error), latency percentiles, the
+    CPU ``wrk`` itself used and, with a ``meter``, the system's CPU milliseconds per recall."""
+    lua.write_text(lua_script([recall_path(q) for q in questions],
+                              [json.dumps({"query": q["question"], **body}) for q in questions]))
+    stretch = Stretch(meter) if meter is not None else None
+    result, wrk_cpu = wrk(url, lua, clients, seconds)
+    done = result["by_status"].get("200", 0)
+    socket = sum(n for kind, n in result["socket_errors"].items() if kind != "status")
+    out: dict[str, Any] = {"clients": clients, "recalls": done, "errors": result["requests"] - done + socket,
+                           "per_second": round(done / result["seconds"], 1), "load_generator": "wrk",
+                           "latency_ms": result["latency_ms"], "by_status": result["by_status"],
+                           "wrk_cpu_ms_per_recall": round(1000 * wrk_cpu / max(done, 1), 2)}
     if stretch is not None:
         out["cpu_ms_per_recall"] = stretch.per_recall(done)
     return out
@@ -163,10 +188,12 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
                 meters["ours-http"] = Meter(postmaster, process=servers[0].pid)
                 meters["ours-inprocess"] = Meter(postmaster)
                 report["cpu_inprocess"] = await _phase_cpu(engine, questions, postmaster, echo)
+                targets: dict[str, Target] = {"ours-http": (str(ours.base_url).rstrip("/"), OUR_BODY)}
                 if args.upstream_venv:
-                    await _with_upstream(args, work, servers, questions, banks, recallers, report, echo, meters)
+                    await _with_upstream(args, work, servers, questions, banks, recallers, report, echo, meters,
+                                         targets)
                 else:
-                    await _measure(args, questions, recallers, report, echo, meters)
+                    await _measure(args, work, questions, recallers, report, echo, meters, targets)
     finally:
         for server in servers:
             server.terminate()
@@ -184,7 +211,7 @@ async def run(args: argparse.Namespace, echo: Callable[[str], None] = print) -> 
 async def _with_upstream(args: argparse.Namespace, work: Path, servers: list[subprocess.Popen[bytes]],
                          questions: list[dict[str, Any]], banks: dict[str, list[dict[str, Any]]],
                          recallers: dict[str, Recaller], report: dict[str, Any],
-                         echo: Callable[[str], None], meters: dict[str, Meter]) -> None:
+                         echo: Callable[[str], None], meters: dict[str, Meter], targets: dict[str, Target]) -> None:
     """Add upstream's server (on its own PostgreSQL) to the recallers, then measure everything."""
     import httpx
 
@@ -200,7 +227,8 @@ async def _with_upstream(args: argparse.Namespace, work: Path, servers: list[sub
             await retain_upstream(theirs, banks)
             recallers["upstream-http"] = lambda q: recall_upstream(theirs, q)
             meters["upstream-http"] = Meter(postmaster_of_data_dir(work / "upstream-pg"), process=servers[-1].pid)
-            await _measure(args, questions, recallers, report, echo, meters)
+            targets["upstream-http"] = (str(theirs.base_url).rstrip("/"), UPSTREAM_BODY)
+            await _measure(args, work, questions, recallers, report, echo, meters, targets)
 
 
 async def _phase_cpu(engine: Any, questions: list[dict[str, Any]], postmaster: int | None,
@@ -214,8 +242,9 @@ async def _phase_cpu(engine: Any, questions: list[dict[str, Any]], postmaster: i
     return summary
 
 
-async def _measure(args: argparse.Namespace, questions: list[dict[str, Any]], recallers: dict[str, Recaller],
-                   report: dict[str, Any], echo: Callable[[str], None], meters: dict[str, Meter]) -> None:
+async def _measure(args: argparse.Namespace, work: Path, questions: list[dict[str, Any]],
+                   recallers: dict[str, Recaller], report: dict[str, Any], echo: Callable[[str], None],
+                   meters: dict[str, Meter], targets: dict[str, Target]) -> None:
     latencies, _ = await alternate(recallers, questions, args.rounds, args.block, echo)
     for name, values in latencies.items():
         entry = report["systems"].setdefault(name, {})
@@ -230,11 +259,18 @@ async def _measure(args: argparse.Namespace, questions: list[dict[str, Any]], re
     report["http_overhead_ms_p50"] = round(report["systems"]["ours-http"]["latency_ms"]["p50"]
                                            - report["systems"]["ours-inprocess"]["latency_ms"]["p50"], 2)
     for clients in args.concurrency:
-        for name, recaller in recallers.items():
-            if name.endswith("-http"):
-                got = await throughput(recaller, questions, clients, args.seconds, meters.get(name))
-                report["systems"][name].setdefault("throughput", []).append(got)
-                echo(f"{name} at {clients} clients: {got['per_second']} recalls/s, {got['errors']} errors")
+        for name, (url, body) in targets.items():
+            if args.load_generator == "wrk":
+                got = await asyncio.to_thread(throughput_wrk, url, body, questions, clients, args.seconds,
+                                              work / f"{name}.lua", meters.get(name))
+            else:
+                got = await throughput(recallers[name], questions, clients, args.seconds, meters.get(name))
+            report["systems"][name].setdefault("throughput", []).append(got)
+            spent = got.get("cpu_ms_per_recall", {})
+            echo(f"{name} at {clients} clients: {got['per_second']} recalls/s, {got['errors']} errors, CPU ms per "
+                 f"recall {spent.get('process_ms', '-')} + {spent.get('server_ms', '-')}"
+                 + (f", p50 {got['latency_ms']['p50']} ms, p99 {got['latency_ms']['p99']} ms, wrk "
+                    f"{got['wrk_cpu_ms_per_recall']} ms" if "wrk_cpu_ms_per_recall" in got else ""))
 
 
 def table(report: dict[str, Any]) -> str:
@@ -268,6 +304,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=lambda v: [int(x) for x in v.split(",") if x.strip()], default=[8, 32],
                    help="comma list of concurrent clients for the throughput runs")
     p.add_argument("--seconds", type=float, default=20, help="length of each throughput run")
+    p.add_argument("--load-generator", choices=("wrk", "python"), default="wrk",
+                   help="the throughput runs' clients: wrk in its own process (default; apt-get install wrk), "
+                        "or asyncio clients in this one, which can be the limit")
     p.add_argument("--out", type=Path, default=Path("bench-http"))
     return p
 
@@ -277,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if not split_exists(args.data):
         return 2
+    if args.load_generator == "wrk":
+        try:
+            wrk_path()
+        except RuntimeError as exc:
+            print(f"{exc}; or pass --load-generator python", file=sys.stderr)
+            return 2
     asyncio.run(run(args))
     return 0
 

@@ -11,7 +11,6 @@ errors, latency percentiles, the CPU of the server and of ``wrk``, and the serve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -19,6 +18,7 @@ import resource
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,7 +112,7 @@ def wrk_path() -> str:
 
 
 def script(options: LoadOptions, banks: list[str]) -> str:
-    """The Lua script with its request bodies: 64 recalls and retains spread over the banks."""
+    """The Lua script with its request bodies: 256 recalls and retains spread over the banks."""
     rng = random.Random(options.seed)
     bodies, paths = [], []
     for i in range(1, 257):
@@ -123,12 +123,18 @@ def script(options: LoadOptions, banks: list[str]) -> str:
         else:
             paths.append(f"/v1/default/banks/{bank}/memories/recall")
             bodies.append(json.dumps({"query": query(rng), "budget": "mid", "max_tokens": 4096}))
+    return lua_script(paths, bodies, options.retain_every)
+
+
+def lua_script(paths: list[str], bodies: list[str], retain_every: int = 0) -> str:
+    """wrk's script posting ``bodies[i]`` to ``paths[i]`` in turn; with ``retain_every``, every n-th body
+    has ``SERIAL`` replaced by a value of its own (a new memory per retain)."""
 
     def lua(values: list[str]) -> str:
         return "{" + ", ".join(json.dumps(v) for v in values) + "}"  # JSON strings are Lua strings here
 
     return (SCRIPT.replace("BODIES", lua(bodies)).replace("PATHS", lua(paths))
-            .replace("RETAIN_EVERY", str(options.retain_every)))
+            .replace("RETAIN_EVERY", str(retain_every or len(bodies) + 1)))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -137,27 +143,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wrk(url: str, lua: Path, clients: int, seconds: float, threads: int = 2) -> tuple[dict[str, Any], float]:
+    """One ``wrk`` run of ``clients`` connections for ``seconds``: its result (``RESULT`` of the script) and
+    the CPU seconds ``wrk`` itself used."""
+    command = [wrk_path(), "-t", str(min(threads, clients)), "-c", str(clients), "-d", f"{seconds:g}s",
+               "--timeout", f"{REQUEST_TIMEOUT:g}s", "-s", str(lua), url]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(command, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    output = done.stdout + done.stderr
+    if done.returncode != 0 or "RESULT " not in output:
+        raise RuntimeError(f"wrk failed ({done.returncode}):\n{output[-2000:]}")
+    used = sum(getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime"))
+    return json.loads(output.split("RESULT ", 1)[1].splitlines()[0]), used
+
+
 def run_wrk(options: LoadOptions, url: str, lua: Path, clients: int, server_pid: int,
             echo: Callable[[str], None]) -> dict[str, Any]:
     """One ``wrk`` run of ``clients`` connections; its result with the CPU and memory it cost."""
     load = os.getloadavg()[0]
-    command = [wrk_path(), "-t", str(min(options.threads, clients)), "-c", str(clients),
-               "-d", f"{options.seconds:g}s", "--timeout", f"{REQUEST_TIMEOUT:g}s", "-s", str(lua), url]
-    before_children = resource.getrusage(resource.RUSAGE_CHILDREN)
     server_before, started = cpu_seconds(server_pid), time.monotonic()
     rss = [memory_rss(server_pid)["rss_mb"]]
-    wrk = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    while wrk.poll() is None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            wrk.wait(timeout=5)
-        rss.append(memory_rss(server_pid)["rss_mb"])
-    output = wrk.stdout.read() if wrk.stdout else ""
+    sampling = True
+
+    def sample() -> None:
+        while sampling:
+            time.sleep(5)
+            rss.append(memory_rss(server_pid)["rss_mb"])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result, wrk_cpu = wrk(url, lua, clients, options.seconds, options.threads)
+    finally:
+        sampling = False
+        sampler.join()
+    rss.append(memory_rss(server_pid)["rss_mb"])
     wall = time.monotonic() - started
-    after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if wrk.returncode != 0 or "RESULT " not in output:
-        raise RuntimeError(f"wrk failed ({wrk.returncode}):\n{output[-2000:]}")
-    result: dict[str, Any] = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
-    wrk_cpu = sum(getattr(after_children, f) - getattr(before_children, f) for f in ("ru_utime", "ru_stime"))
     result.update({
         "clients": clients, "requests_per_second": round(result["requests"] / result["seconds"], 1),
         "server_cpu_percent": round(100 * (cpu_seconds(server_pid) - server_before) / wall, 1),

@@ -157,10 +157,17 @@ async def retain_upstream(client: Any, banks: dict[str, list[dict[str, Any]]]) -
     return time.perf_counter() - started
 
 
+#: upstream's request body for the benchmark's recall, beside the query
+UPSTREAM_BODY = {"budget": "mid", "max_tokens": 4096, "types": ["world"], "min_scores": {"semantic": 0.0}}
+
+
+def recall_path(q: dict[str, Any]) -> str:
+    """The recall route of a question's bank (the same on both servers)."""
+    return f"/v1/default/banks/{q['bank']}/memories/recall"
+
+
 async def recall_upstream(client: Any, q: dict[str, Any]) -> list[str]:
-    body = {"query": q["question"], "budget": "mid", "max_tokens": 4096, "types": ["world"],
-            "min_scores": {"semantic": 0.0}}
-    response = await client.post(f"/v1/default/banks/{q['bank']}/memories/recall", json=body)
+    response = await client.post(recall_path(q), json={"query": q["question"], **UPSTREAM_BODY})
     response.raise_for_status()
     # metadata.mem_id maps back to our ids; document_id (also our id) when a result comes without metadata
     return [
