@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hindsight_recall import ConfigError, load_settings
+from hindsight_recall import ConfigError, Engine, load_settings
 from hindsight_recall.settings import BankSettings, Settings, plugin_settings
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,7 +42,7 @@ DEFAULTS = {
     "link_expansion_per_entity_limit": 200,
     "link_expansion_timeout": 10,
     "link_expansion_max_entity_fraction": 0.2,
-    "recall_max_concurrent": 32,
+    "recall_max_concurrent": 0,
     "recall_connection_budget": 4,
     "recall_max_query_tokens": 500,
     "recall_max_candidates_per_source": 0,
@@ -191,7 +193,7 @@ def test_read_from_prefixed_environment(monkeypatch: pytest.MonkeyPatch, name: s
         ({"database_schema": "public; drop"}, "HINDSIGHT_API_DATABASE_SCHEMA"),
         ({"vector_extension": "faiss"}, "HINDSIGHT_API_VECTOR_EXTENSION"),
         ({"reranker_on_error": "ignore"}, "HINDSIGHT_API_RERANKER_ON_ERROR"),
-        ({"recall_max_concurrent": 0}, "HINDSIGHT_API_RECALL_MAX_CONCURRENT"),
+        ({"recall_max_concurrent": -1}, "HINDSIGHT_API_RECALL_MAX_CONCURRENT"),
         ({"db_pool_max_size": 0}, "HINDSIGHT_API_DB_POOL_MAX_SIZE"),
         ({"recall_budget_fixed_low": 0}, "HINDSIGHT_API_RECALL_BUDGET_FIXED_LOW"),
         ({"reranker_timeout": 0}, "HINDSIGHT_API_RERANKER_TIMEOUT"),
@@ -345,3 +347,17 @@ def test_upstreams_mcp_bank_variable_is_read(monkeypatch: pytest.MonkeyPatch) ->
     assert load_settings().mcp_bank_id == "from-upstream"
     monkeypatch.setenv("HINDSIGHT_API_MCP_BANK_ID", "ours")
     assert load_settings().mcp_bank_id == "ours"
+
+
+def test_recalls_at_once_follow_the_cpus_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert load_settings().recall_concurrency() == 6  # twice the CPUs this process may run on
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert load_settings().recall_concurrency() == 4  # at least 4
+    monkeypatch.setenv("HINDSIGHT_API_RECALL_MAX_CONCURRENT", "32")
+    assert load_settings().recall_concurrency() == 32
+
+
+async def test_the_engine_runs_that_many_recalls_at_once(make_settings: Callable[..., Settings]) -> None:
+    async with Engine(make_settings(recall_max_concurrent=3)) as engine:
+        assert engine._recalls._value == 3

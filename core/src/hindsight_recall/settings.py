@@ -195,7 +195,8 @@ class Settings(BaseSettings, BankSettings):
     link_expansion_max_entity_fraction: float = Field(0.2, gt=0, le=1)
 
     # Recall
-    recall_max_concurrent: int = Field(32, ge=1)
+    #: 0: twice the CPUs this process may run on, at least 4 (:meth:`recall_concurrency`)
+    recall_max_concurrent: int = Field(0, ge=0)
     recall_connection_budget: int = Field(4, ge=1)
     recall_max_query_tokens: int = Field(500, ge=0)
     recall_max_candidates_per_source: int = Field(0, ge=0)
@@ -452,6 +453,15 @@ class Settings(BaseSettings, BankSettings):
         copy = self.model_copy(update={field: value for field, (_, value) in values.items()})
         copy._set_by = {**self._set_by, **{field: variable for field, (variable, _) in values.items()}}
         return copy
+
+    def recall_concurrency(self) -> int:
+        """Recalls that run at once: RECALL_MAX_CONCURRENT, or when it is 0, twice the CPUs this process may
+        run on, at least 4. More recalls at once than the machine runs only share it out: each then costs
+        more CPU (in this process and the database's), and throughput falls as clients are added."""
+        if self.recall_max_concurrent:
+            return self.recall_max_concurrent
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(4, 2 * cpus)
 
     def server_settings(self) -> dict[str, str]:
         """The embedded server's PostgreSQL settings: sized to the machine, then EMBEDDED_SERVER_SETTINGS."""

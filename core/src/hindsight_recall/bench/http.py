@@ -39,7 +39,7 @@ from typing import Any
 
 from ..recall.cost import Meter
 from ._cpu import PhaseCpu, Stretch, describe, load_average, postmaster_of_data_dir
-from .load import lua_script, wrk, wrk_path
+from .load import SHED, lua_script, wrk, wrk_path
 from .upstream import (
     UPSTREAM_BODY,
     alternate,
@@ -102,15 +102,18 @@ async def throughput(recaller: Recaller, questions: list[dict[str, Any]], client
 def throughput_wrk(url: str, body: dict[str, Any], questions: list[dict[str, Any]], clients: int, seconds: float,
                    lua: Path, meter: Meter | None = None) -> dict[str, Any]:
     """``wrk`` in its own process keeping ``clients`` connections busy with the questions for ``seconds``:
-    recalls per second (200 answers), errors (any other answer or socket error), latency percentiles, the
-    CPU ``wrk`` itself used and, with a ``meter``, the system's CPU milliseconds per recall."""
+    recalls per second (200 answers), answers shed on purpose (503 or 429), errors (any other answer or
+    socket error), latency percentiles, the CPU ``wrk`` itself used and, with a ``meter``, the system's
+    CPU milliseconds per recall."""
     lua.write_text(lua_script([recall_path(q) for q in questions],
                               [json.dumps({"query": q["question"], **body}) for q in questions]))
     stretch = Stretch(meter) if meter is not None else None
     result, wrk_cpu = wrk(url, lua, clients, seconds)
     done = result["by_status"].get("200", 0)
+    shed = sum(n for status, n in result["by_status"].items() if int(status) in SHED)
     socket = sum(n for kind, n in result["socket_errors"].items() if kind != "status")
-    out: dict[str, Any] = {"clients": clients, "recalls": done, "errors": result["requests"] - done + socket,
+    out: dict[str, Any] = {"clients": clients, "recalls": done, "shed": shed,
+                           "errors": result["requests"] - done - shed + socket,
                            "per_second": round(done / result["seconds"], 1), "load_generator": "wrk",
                            "latency_ms": result["latency_ms"], "by_status": result["by_status"],
                            "wrk_cpu_ms_per_recall": round(1000 * wrk_cpu / max(done, 1), 2)}
@@ -267,7 +270,8 @@ async def _measure(args: argparse.Namespace, work: Path, questions: list[dict[st
                 got = await throughput(recallers[name], questions, clients, args.seconds, meters.get(name))
             report["systems"][name].setdefault("throughput", []).append(got)
             spent = got.get("cpu_ms_per_recall", {})
-            echo(f"{name} at {clients} clients: {got['per_second']} recalls/s, {got['errors']} errors, CPU ms per "
+            echo(f"{name} at {clients} clients: {got['per_second']} recalls/s, {got.get('shed', 0)} shed (503 or "
+                 f"429 with Retry-After), {got['errors']} errors, CPU ms per "
                  f"recall {spent.get('process_ms', '-')} + {spent.get('server_ms', '-')}"
                  + (f", p50 {got['latency_ms']['p50']} ms, p99 {got['latency_ms']['p99']} ms, wrk "
                     f"{got['wrk_cpu_ms_per_recall']} ms" if "wrk_cpu_ms_per_recall" in got else ""))
@@ -279,7 +283,8 @@ def table(report: dict[str, Any]) -> str:
             + " | ".join(f"recalls/s at {c}" for c in report["concurrency"]) + " |",
             "|---|---:|---:|---:|" + "---:|" * len(report["concurrency"])]
     for name, entry in report["systems"].items():
-        rates = {t["clients"]: f"{t['per_second']} ({t['errors']} err)" for t in entry.get("throughput", [])}
+        rates = {t["clients"]: f"{t['per_second']} ({t['errors']} err"
+                 + (f", {t['shed']} shed)" if t.get("shed") else ")") for t in entry.get("throughput", [])}
         cpu = entry.get("cpu_ms_per_recall")
         spent = f"{cpu.get('process_ms', 0)} + {cpu.get('server_ms', '-')}" if cpu else "-"
         rows.append(f"| {name} | {entry['latency_ms']['p50']} | {entry['latency_ms']['p95']} | {spent} | "

@@ -103,7 +103,7 @@ class Engine:
                         s.recall_budget_function, ", ".join(self._budget_functions))
         self.tokens = TokenCounter(s.tokenizer_encoding)
         self.db = Database(s, self.text_search.session_statements())
-        self._recalls = asyncio.Semaphore(s.recall_max_concurrent)
+        self._recalls = asyncio.Semaphore(s.recall_concurrency())
         self._ingestor = Ingestor(self.db, self.embedder, self.text_search, s)
         # the engine's parts, by capability: each call takes its own connection and transaction
         self.banks = Banks(self.db, s)
