@@ -39,7 +39,7 @@ from typing import Any
 
 from ..recall.cost import Meter
 from ._cpu import PhaseCpu, Stretch, describe, load_average, postmaster_of_data_dir
-from .load import SHED, lua_script, wrk, wrk_path
+from ._wrk import SHED, lua_script, wrk, wrk_path
 from .upstream import (
     UPSTREAM_BODY,
     alternate,
@@ -108,7 +108,7 @@ def throughput_wrk(url: str, body: dict[str, Any], questions: list[dict[str, Any
     lua.write_text(lua_script([recall_path(q) for q in questions],
                               [json.dumps({"query": q["question"], **body}) for q in questions]))
     stretch = Stretch(meter) if meter is not None else None
-    result, wrk_cpu = wrk(url, lua, clients, seconds)
+    result, wrk_cpu = wrk(url, lua, clients, seconds, timeout=300)
     done = result["by_status"].get("200", 0)
     shed = sum(n for status, n in result["by_status"].items() if int(status) in SHED)
     socket = sum(n for kind, n in result["socket_errors"].items() if kind != "status")
