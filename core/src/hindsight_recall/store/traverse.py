@@ -55,7 +55,8 @@ def grant_traverse(folder: Path, uid: int) -> None:
         return
     entries[(_USER, uid)] = entries.get((_USER, uid), 0) | _X
     # The mask bounds named entries and the owning group. When the ACL is new it starts from the group's
-    # bits, so the group keeps exactly what it had; an existing mask only gains x.
+    # bits, so the group keeps exactly what it had. An existing mask gains x, which also lets through any
+    # named entry whose x it was masking (rare on the folders above a data dir).
     mask = entries.get((_MASK, _NO_ID), entries[(_GROUP_OBJ, _NO_ID)])
     entries[(_MASK, _NO_ID)] = mask | _X
     raw = _HEADER.pack(_VERSION) + b"".join(
