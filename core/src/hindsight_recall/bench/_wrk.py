@@ -3,10 +3,12 @@ of it in its own process, so that the clients are not the limit and their CPU is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,17 +85,28 @@ def lua_script(paths: list[str], bodies: list[str], retain_every: int = 0) -> st
             .replace("RETAIN_EVERY", str(retain_every or len(bodies) + 1)))
 
 
-def wrk(url: str, lua: Path, clients: int, seconds: float, *, timeout: float,
-        threads: int = 2) -> tuple[dict[str, Any], float]:
+def wrk(url: str, lua: Path, clients: int, seconds: float, *, timeout: float, threads: int = 2,
+        every_5s: Callable[[], None] | None = None) -> tuple[dict[str, Any], float]:
     """One ``wrk`` run of ``clients`` connections for ``seconds``: its result (``RESULT`` of the script) and
-    the CPU seconds ``wrk`` itself used. A request unanswered after ``timeout`` seconds is a timeout error."""
+    the CPU seconds ``wrk`` itself used. A request unanswered after ``timeout`` seconds is a timeout error;
+    ``every_5s`` is called while it runs (to sample the server)."""
     command = [wrk_path(), "-t", str(min(threads, clients)), "-c", str(clients), "-d", f"{seconds:g}s",
                "--timeout", f"{timeout:g}s", "-s", str(lua), url]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(command, capture_output=True, text=True)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while run.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.wait(timeout=5)
+        if every_5s is not None:
+            every_5s()
+    output = run.stdout.read() if run.stdout else ""
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    output = done.stdout + done.stderr
-    if done.returncode != 0 or "RESULT " not in output:
-        raise RuntimeError(f"wrk failed ({done.returncode}):\n{output[-2000:]}")
+    if run.returncode != 0 or "RESULT " not in output:
+        raise RuntimeError(f"wrk failed ({run.returncode}):\n{output[-2000:]}")
     used = sum(getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime"))
     return json.loads(output.split("RESULT ", 1)[1].splitlines()[0]), used
+
+
+def shed(by_status: dict[str, int]) -> int:
+    """Answers (of a run's ``by_status``) that shed load on purpose."""
+    return sum(n for status, n in by_status.items() if int(status) in SHED)

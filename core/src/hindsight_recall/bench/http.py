@@ -39,7 +39,7 @@ from typing import Any
 
 from ..recall.cost import Meter
 from ._cpu import PhaseCpu, Stretch, describe, load_average, postmaster_of_data_dir
-from ._wrk import SHED, lua_script, wrk, wrk_path
+from ._wrk import lua_script, shed, wrk, wrk_path
 from .upstream import (
     UPSTREAM_BODY,
     alternate,
@@ -109,11 +109,10 @@ def throughput_wrk(url: str, body: dict[str, Any], questions: list[dict[str, Any
                               [json.dumps({"query": q["question"], **body}) for q in questions]))
     stretch = Stretch(meter) if meter is not None else None
     result, wrk_cpu = wrk(url, lua, clients, seconds, timeout=300)
-    done = result["by_status"].get("200", 0)
-    shed = sum(n for status, n in result["by_status"].items() if int(status) in SHED)
+    done, refused = result["by_status"].get("200", 0), shed(result["by_status"])
     socket = sum(n for kind, n in result["socket_errors"].items() if kind != "status")
-    out: dict[str, Any] = {"clients": clients, "recalls": done, "shed": shed,
-                           "errors": result["requests"] - done - shed + socket,
+    out: dict[str, Any] = {"clients": clients, "recalls": done, "shed": refused,
+                           "errors": result["requests"] - done - refused + socket,
                            "per_second": round(done / result["seconds"], 1), "load_generator": "wrk",
                            "latency_ms": result["latency_ms"], "by_status": result["by_status"],
                            "wrk_cpu_ms_per_recall": round(1000 * wrk_cpu / max(done, 1), 2)}

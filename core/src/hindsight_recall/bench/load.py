@@ -15,14 +15,13 @@ import json
 import os
 import random
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._wrk import SHED, lua_script, wrk, wrk_path
+from ._wrk import SHED, lua_script, shed, wrk, wrk_path
 from .soak import REQUEST_TIMEOUT, SoakOptions, memory_rss, query, remove_work, sentence, start_server, stop_server
 
 
@@ -75,22 +74,8 @@ def run_wrk(options: LoadOptions, url: str, lua: Path, clients: int, server_pid:
     load = os.getloadavg()[0]
     server_before, started = cpu_seconds(server_pid), time.monotonic()
     rss = [memory_rss(server_pid)["rss_mb"]]
-    sampling = True
-
-    def sample() -> None:
-        while sampling:
-            time.sleep(5)
-            rss.append(memory_rss(server_pid)["rss_mb"])
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        result, wrk_cpu = wrk(url, lua, clients, options.seconds, timeout=REQUEST_TIMEOUT,
-                              threads=options.threads)
-    finally:
-        sampling = False
-        sampler.join()
-    rss.append(memory_rss(server_pid)["rss_mb"])
+    result, wrk_cpu = wrk(url, lua, clients, options.seconds, timeout=REQUEST_TIMEOUT, threads=options.threads,
+                          every_5s=lambda: rss.append(memory_rss(server_pid)["rss_mb"]))
     wall = time.monotonic() - started
     result.update({
         "clients": clients, "requests_per_second": round(result["requests"] / result["seconds"], 1),
@@ -98,11 +83,10 @@ def run_wrk(options: LoadOptions, url: str, lua: Path, clients: int, server_pid:
         "wrk_cpu_percent": round(100 * wrk_cpu / wall, 1),
         "rss_mb": {"start": rss[0], "end": rss[-1], "peak": max(rss)}, "load_before": round(load, 2),
     })
-    shed = sum(n for status, n in result["by_status"].items() if int(status) in SHED)
     other = {s: n for s, n in result["by_status"].items() if int(s) != 200 and int(s) not in SHED}
     echo(f"{clients:4} clients: {result['requests']} requests, {result['requests_per_second']}/s; "
          f"p50 {result['latency_ms']['p50']:.1f} ms, p99 {result['latency_ms']['p99']:.1f} ms, "
-         f"max {result['latency_ms']['max']:.1f} ms; shed {shed}, other errors {other or 0}, "
+         f"max {result['latency_ms']['max']:.1f} ms; shed {shed(result['by_status'])}, other errors {other or 0}, "
          f"socket errors {sum(result['socket_errors'].values()) - result['socket_errors']['status']}; "
          f"server CPU {result['server_cpu_percent']} %, wrk CPU {result['wrk_cpu_percent']} %; "
          f"RSS {rss[0]} -> {rss[-1]} MB (peak {max(rss)}); load before {load:.2f}")

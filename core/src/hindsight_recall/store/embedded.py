@@ -408,8 +408,7 @@ def _make_reachable(path: Path, account: _Account | None) -> None:
         if _can_traverse(parent, account):
             continue
         try:
-            if not traverse.allows_traverse(traverse.read_acl(parent), account.uid):
-                traverse.grant_traverse(parent, account.uid)
+            if traverse.grant_traverse(parent, account.uid):
                 log.info("granted %s traverse on %s (an ACL entry for that user only)", account.name, parent)
         except traverse.Unsupported:
             raise DatabaseError(

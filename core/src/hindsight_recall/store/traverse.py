@@ -48,11 +48,12 @@ def allows_traverse(entries: Entries, uid: int) -> bool:
     return bool(named & _X and entries.get((_MASK, _NO_ID), _X) & _X)
 
 
-def grant_traverse(folder: Path, uid: int) -> None:
-    """Add ``x`` for ``uid`` to the folder's ACL (and its mask); every other entry keeps its bits."""
+def grant_traverse(folder: Path, uid: int) -> bool:
+    """Add ``x`` for ``uid`` to the folder's ACL (and its mask); every other entry keeps its bits. False
+    when the ACL allowed it already."""
     entries = read_acl(folder)
     if allows_traverse(entries, uid):
-        return
+        return False
     entries[(_USER, uid)] = entries.get((_USER, uid), 0) | _X
     # The mask bounds named entries and the owning group. When the ACL is new it starts from the group's
     # bits, so the group keeps exactly what it had. An existing mask gains x, which also lets through any
@@ -67,3 +68,4 @@ def grant_traverse(folder: Path, uid: int) -> None:
         if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
             raise Unsupported(exc.errno, f"{folder}'s filesystem keeps no ACLs") from exc
         raise
+    return True
