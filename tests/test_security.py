@@ -166,7 +166,7 @@ def test_a_folder_without_acls_is_read_from_its_mode_and_refused_with_a_fix(tmp_
 def test_server_settings_are_sized_and_overridable(tmp_path: Path) -> None:
     sized = embedded.sized_settings(24 * 2**30)
     assert sized == {"shared_buffers": "4096MB", "effective_cache_size": "12288MB", "work_mem": "48MB",
-                     "maintenance_work_mem": "1536MB"}
+                     "maintenance_work_mem": "1536MB", "random_page_cost": "1.1"}
     assert embedded.sized_settings(2 * 2**30)["shared_buffers"] == "512MB"
     settings = load_settings(embedded_data_dir=tmp_path / "data",
                              embedded_server_settings="shared_buffers=192MB, work_mem=7MB")
