@@ -239,11 +239,12 @@ class OnnxCrossEncoder:
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32, **_: Any) -> np.ndarray:
         """Raw logits of ``pairs``, in order: [pairs] for one label, else [pairs, labels]."""
-        from hindsight_recall._onnx import padded
+        from hindsight_recall._onnx import batch_size_for, padded, run_batches
 
         encodings = self.tokenizer.encode_batch(list(pairs))
-        parts = [self.session.run(None, padded(encodings[i:i + batch_size], self.names))[0]
-                 for i in range(0, len(encodings), batch_size)]
+        size = batch_size_for(len(encodings), batch_size)
+        parts = run_batches(self.session, [padded(encodings[i:i + size], self.names)
+                                           for i in range(0, len(encodings), size)])
         logits = np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
         return logits[:, 0] if logits.shape[1] == 1 else logits
 

@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from ._bert_graph import INPUTS, Head, UnsupportedModel
 from .errors import ConfigError
+from .settings import usable_cpus
 
 #: how to repair an install that lost a dependency (both are dependencies of hindsight-recall)
 INSTALL = "pip install 'onnxruntime>=1.20' 'onnx>=1.17'"
@@ -114,16 +116,40 @@ def built(model: str, cache_dir: Path, head: Head) -> Path:
 
 
 def inference_session(path: Path) -> Any:
-    """An ONNX Runtime session on ``path`` for a server's CPU (no spinning, no per-shape memory patterns)."""
+    """An ONNX Runtime session on ``path`` for a server's CPU: one thread per run (:func:`run_batches`
+    spreads batches over the cores instead), no spinning, no per-shape memory patterns."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
+    # A query is one short text: split over two cores it cost 4.6-5.1 ms of CPU against 3.1-3.4 on
+    # one, in the same time. Whole batches side by side, each on one thread, embedded 320 passages a
+    # second against 266 with every thread on each batch in turn.
+    options.intra_op_num_threads = 1
     # no busy-waiting between ops: the threads would spin on cores PostgreSQL and the arms need
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # no memory pattern per input shape: every batch has its own (rows, tokens) shape, and the
     # patterns ONNX Runtime keeps for each shape it has seen grew a long-running server for hours
     options.enable_mem_pattern = False
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@functools.cache
+def _runners() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="onnx")
+
+
+def run_batches(session: Any, batches: Sequence[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """The first output of ``session`` for each batch of inputs, in order: one batch in the calling
+    thread, more side by side on a thread per CPU (a run releases the GIL)."""
+    if len(batches) == 1:
+        return [session.run(None, batches[0])[0]]
+    return list(_runners().map(lambda inputs: session.run(None, inputs)[0], batches))
+
+
+def batch_size_for(count: int, batch_size: int) -> int:
+    """Texts per batch for ``count`` texts: at most ``batch_size``, and small enough that every CPU
+    gets a batch of a call with few texts."""
+    return max(1, min(batch_size, -(-count // usable_cpus())))
 
 
 def padded(encodings: Sequence[Any], names: set[str]) -> dict[str, np.ndarray]:
@@ -202,10 +228,11 @@ class OnnxEncoder:
         """
         encodings = self.tokenizer.encode_batch(list(texts))  # truncated, not padded
         order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
+        size = batch_size_for(len(order), batch_size)
+        chunks = [order[start:start + size] for start in range(0, len(order), size)]
         out = np.zeros((len(encodings), 0), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            vectors = self.session.run(None, padded([encodings[i] for i in chunk], self.names))[0]
+        batches = [padded([encodings[i] for i in chunk], self.names) for chunk in chunks]
+        for chunk, vectors in zip(chunks, run_batches(self.session, batches), strict=True):
             if out.shape[1] == 0:
                 out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
             out[chunk] = vectors

@@ -460,8 +460,7 @@ class Settings(BaseSettings, BankSettings):
         more CPU (in this process and the database's), and throughput falls as clients are added."""
         if self.recall_max_concurrent:
             return self.recall_max_concurrent
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return max(4, 2 * cpus)
+        return max(4, 2 * usable_cpus())
 
     def server_settings(self) -> dict[str, str]:
         """The embedded server's PostgreSQL settings: sized to the machine, then EMBEDDED_SERVER_SETTINGS."""
@@ -482,6 +481,11 @@ class Settings(BaseSettings, BankSettings):
         """The pre-rerank cap ``K`` for a budget level."""
         per_level: int = getattr(self, f"reranker_max_candidates_{budget}")
         return per_level or self.reranker_max_candidates
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container's cpuset narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def sized_settings(memory_bytes: int | None = None) -> dict[str, str]:
