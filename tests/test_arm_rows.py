@@ -11,15 +11,18 @@ from hindsight_recall.types import Hit
 from sqlalchemy import text
 
 
-def test_binds_become_psycopg_placeholders_as_sqlalchemy_reads_them() -> None:
-    sql = "SELECT x::text, CAST(:b AS int[]), x % 2, '%' FROM t WHERE y = :a_2 AND z ~ 'a\\:b' AND w = :a::int"
-    # as text(): a bind followed by '::' is not one (CAST it), and '\:' is a colon
+def test_binds_become_numbered_placeholders_as_sqlalchemy_reads_them() -> None:
+    sql = ("SELECT x::text, CAST(:b AS int[]), x % 2, '%' FROM t WHERE y = :a_2 AND z ~ 'a\\:b' AND w = :a::int "
+           "AND v = :b")
+    # as text(): a bind followed by '::' is not one (CAST it), '\:' is a colon, and a name used twice is one $n
     assert driver_sql(sql) == (
-        "SELECT x::text, CAST(%(b)s AS int[]), x %% 2, '%%' FROM t WHERE y = %(a_2)s AND z ~ 'a:b' AND w = :a::int"
+        "SELECT x::text, CAST($1 AS int[]), x % 2, '%' FROM t WHERE y = $2 AND z ~ 'a:b' AND w = :a::int AND v = $1",
+        ("b", "a_2"),
     )
-    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+    from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 
-    assert driver_sql(sql) == str(text(sql).compile(dialect=PGDialect_psycopg()))
+    compiled = text(sql).compile(dialect=PGDialect_asyncpg())  # SQLAlchemy's own $n form
+    assert driver_sql(sql) == (str(compiled), tuple(compiled.positiontup or ()))
 
 
 async def test_fetch_reads_rows_as_tuples_in_the_connections_transaction(engine: Any, alice: str) -> None:
