@@ -173,7 +173,11 @@ async def explain_all(url: str, schema: str, statements: list[tuple[str, Any]]) 
             if word not in _EXPLAINABLE:
                 verdict.local.append(statement)
                 continue
-            rows = await (await conn.execute(f"EXPLAIN {statement}", params)).fetchall()
+            # recall's arms send ``$n`` placeholders with positional parameters, through a raw cursor
+            raw = isinstance(params, (list, tuple)) and "$1" in statement
+            async with psycopg.AsyncRawCursor(conn) if raw else conn.cursor() as cursor:
+                await cursor.execute(f"EXPLAIN {statement}", params)
+                rows = await cursor.fetchall()
             plan = "\n".join(r[0] for r in rows)
             tasks = [int(n) for n in _TASKS.findall(plan)]
             if any(n > 1 for n in tasks) or "repartition" in plan:
