@@ -260,7 +260,7 @@ def test_each_run_has_one_thread_and_batches_run_side_by_side(onnx_cache: Path,
 
     encoder = OnnxEncoder(bundled_model_path(), onnx_cache)
     assert encoder.session.get_session_options().intra_op_num_threads == 1
-    monkeypatch.setattr(_onnx, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(_onnx, "_cpus", lambda: 2)
     # few texts are split so that every CPU gets a batch; many fill whole batches; never an empty one
     assert [batch_size_for(n, 8) for n in (1, 2, 5, 16, 100)] == [1, 1, 3, 8, 8]
     assert batch_size_for(3, 1) == 1

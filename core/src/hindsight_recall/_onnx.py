@@ -134,8 +134,14 @@ def inference_session(path: Path) -> Any:
 
 
 @functools.cache
+def _cpus() -> int:
+    """The CPUs batches are spread over, read once: the pool and the split into batches agree."""
+    return usable_cpus()
+
+
+@functools.cache
 def _runners() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=usable_cpus(), thread_name_prefix="onnx")
+    return ThreadPoolExecutor(max_workers=_cpus(), thread_name_prefix="onnx")
 
 
 def run_batches(session: Any, batches: Sequence[dict[str, np.ndarray]]) -> list[np.ndarray]:
@@ -149,7 +155,7 @@ def run_batches(session: Any, batches: Sequence[dict[str, np.ndarray]]) -> list[
 def batch_size_for(count: int, batch_size: int) -> int:
     """Texts per batch for ``count`` texts: at most ``batch_size``, and small enough that every CPU
     gets a batch of a call with few texts."""
-    return max(1, min(batch_size, -(-count // usable_cpus())))
+    return max(1, min(batch_size, -(-count // _cpus())))
 
 
 def padded(encodings: Sequence[Any], names: set[str]) -> dict[str, np.ndarray]:
