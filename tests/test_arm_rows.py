@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from hindsight_recall.recall.arms._rows import COLUMNS, driver_sql, fetch, row_reader
+from hindsight_recall.recall.arms._rows import COLUMNS, row_reader
 from hindsight_recall.recall.fusion import rrf_fuse, score_fuse
+from hindsight_recall.store.driver import driver_sql, fetch
 from hindsight_recall.types import Hit
 from sqlalchemy import text
 

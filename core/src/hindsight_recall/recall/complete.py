@@ -15,9 +15,10 @@ from typing import Any
 
 from sqlalchemy import text
 
+from ..store.driver import fetch
 from ..store.schema import ROW_COLUMNS
 from ..types import Candidate, Hit, MemoryRow
-from .arms._rows import fetch, row_reader
+from .arms._rows import row_reader
 
 #: the entities of the rows in ``:entities_of`` as (entity id, canonical name) pairs, ordered by
 #: name; grouped in one pass, not per row (a lateral subquery per row scanned the bank's entities

@@ -21,9 +21,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..protocols import RetrievalContext
+from ..store.driver import fetch
 from ..store.schema import DOCUMENT_KEY
 from ..types import Candidate, MemoryRow
-from .arms._rows import COLUMNS, fetch, row_reader
+from .arms._rows import COLUMNS, row_reader
 
 K = TypeVar("K", bound=Hashable)
 Place = tuple[str, int]

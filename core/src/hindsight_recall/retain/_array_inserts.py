@@ -19,7 +19,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..store._bincopy import driver_connection
+from ..store.driver import driver_connection
 from ..store.vector_types import register_vector
 from .links import Link, Links
 

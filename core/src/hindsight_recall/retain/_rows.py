@@ -12,8 +12,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import RetainError
-from ..store._bincopy import bank_column, copy_columns, driver_connection
+from ..store._bincopy import bank_column, copy_columns
 from ..store.chunks import escape_part
+from ..store.driver import driver_connection
 from ..store.ids import entity_id as entity_id  # re-exported: the ids are part of the retain API
 from ..store.ids import id_name as id_name
 from ..store.ids import unit_id as unit_id

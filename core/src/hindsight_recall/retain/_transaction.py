@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..errors import DocumentChanged, RetainError
 from ..limits import int32_problem
 from ..store import ann, banks, length_stats, term_stats
-from ..store._bincopy import driver_connection
+from ..store.driver import driver_connection
 from ..store.schema import DOCUMENT_KEY, of_document
 from ..store.vector_types import register_vector
 from ..types import Memory

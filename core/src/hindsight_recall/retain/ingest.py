@@ -23,9 +23,9 @@ from ..errors import RetainError
 from ..protocols import EmbeddingProvider, TextSearchBackend
 from ..settings import Settings
 from ..store import ann, banks
-from ..store._bincopy import driver_connection
 from ..store.citus import vacuum_shards
 from ..store.db import Database
+from ..store.driver import driver_connection
 from ..store.vector_types import register_vector
 from ..textsearch import backend_parameters
 from ..tokens import TokenCounter

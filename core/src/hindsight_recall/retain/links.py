@@ -20,7 +20,8 @@ import numpy as np
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..store import ann
-from ..store._bincopy import bank_column, copy_columns, driver_connection
+from ..store._bincopy import bank_column, copy_columns
+from ..store.driver import driver_connection
 from ..store.vector_types import register_vector
 from ._knn import neighbours
 

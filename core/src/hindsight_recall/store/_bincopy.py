@@ -46,11 +46,6 @@ def bank_column(bank_id: str, rows: int) -> np.ndarray:
     return np.full(rows, encoded, dtype=f"S{len(encoded)}")
 
 
-async def driver_connection(conn: Any) -> Any:
-    """The psycopg connection under a SQLAlchemy ``AsyncConnection``, for COPY and binary reads."""
-    return (await conn.get_raw_connection()).driver_connection
-
-
 async def copy_columns(raw: Any, statement: str, columns: Sequence[np.ndarray]) -> int:
     """Run ``COPY ... FROM STDIN (FORMAT BINARY)`` with the rows of ``columns``; return the row count.
 

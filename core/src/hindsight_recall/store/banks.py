@@ -18,6 +18,7 @@ from ..protocols import TextSearchBackend
 from ..settings import BankSettings
 from ..types import Placement
 from . import length_stats, term_stats
+from .driver import fetch
 from .schema import of_document
 
 MAX_BANK_ID = 256
@@ -101,13 +102,14 @@ class BankState:
 async def bank_state(conn: AsyncConnection, bank_id: str) -> BankState | None:
     """The bank's overrides, how its vectors are indexed and its length statistics, in one read;
     ``None`` for an unknown bank."""
-    row = (await conn.execute(text(
-        f"SELECT config, indexed, ann_slot, {length_stats.BANK_LENGTHS} AS lengths FROM banks WHERE bank_id = :bank"
-    ), {"bank": bank_id})).first()
-    if row is None:
+    # read at every recall: through psycopg directly (see driver.fetch)
+    _, rows = await fetch(conn, f"SELECT config, indexed, ann_slot, {length_stats.BANK_LENGTHS} FROM banks "
+                                "WHERE bank_id = :bank", {"bank": bank_id})
+    if not rows:
         return None
-    where = Placement(row.ann_slot, bool(row.indexed))
-    return BankState(dict(row.config or {}), bool(where.predicate()), where.slot, length_stats.lengths_of(row.lengths))
+    config, indexed, ann_slot, lengths = rows[0]
+    where = Placement(ann_slot, bool(indexed))
+    return BankState(dict(config or {}), bool(where.predicate()), where.slot, length_stats.lengths_of(lengths))
 
 
 async def set_bank_config(conn: AsyncConnection, bank_id: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..errors import ConfigError, DatabaseError
 from ..protocols import TextSearchBackend
-from ._bincopy import driver_connection
+from .driver import driver_connection
 
 #: join tables that gain a bank column, with the column naming the memory each row belongs to
 BANK_KEYED_JOINS = (

@@ -198,7 +198,7 @@ class Database:
         """Create DATABASE_SCHEMA, and pgvector in ``public`` so every schema sees its type."""
         from psycopg import sql  # late: only a non-default schema needs it
 
-        from ._bincopy import driver_connection
+        from .driver import driver_connection
 
         # the migration lock: concurrent first starts would race on the catalog's unique names
         async with self.migration_lock(), self.connect() as conn:

@@ -51,7 +51,7 @@ async def bank_rows(conn: AsyncConnection, bank_ids: Collection[str], *,
     :param skip: table -> columns left out (``"*"`` leaves the table out). The audit log is always left
         out: it records requests, refused ones too, not what the bank holds.
     """
-    from ..store._bincopy import driver_connection
+    from ..store.driver import driver_connection
     from ..store.vector_types import register_vector
 
     # every connection then reads vectors as vectors (a pooled one a retain used already does, a new one

@@ -16,10 +16,11 @@ from typing import Any
 
 from ...protocols import ArmStatement as ArmStatement  # re-exported: the arms import it from here
 from ...protocols import RetrievalContext, with_ctes
+from ...store.driver import fetch
 from ...types import ArmResult, Hit
 from .. import cost
 from ._ann import AnnSettings
-from ._rows import fetch, row_reader
+from ._rows import row_reader
 
 
 def composable(statements: Sequence[ArmStatement]) -> bool:

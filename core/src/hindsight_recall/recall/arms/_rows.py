@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ...protocols import RetrievalContext
+from ...store.driver import fetch
 from ...store.schema import ARM_COLUMNS
 from ...types import ArmResult, Hit, MemoryRow
 from .. import cost
@@ -86,44 +84,6 @@ def row_from(m: Mapping[Any, Any], complete: bool | None = None) -> MemoryRow:
     if complete is False:
         keys = [k for k in keys if k not in _WHOLE_FIELDS]
     return row_reader(keys)([m[k] for k in keys])
-
-
-#: SQLAlchemy's bind parameters as ``text()`` reads them: ``:name``, not a ``::type`` cast
-_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
-
-
-@functools.lru_cache(maxsize=512)
-def driver_sql(sql: str) -> tuple[str, tuple[str, ...]]:
-    """``sql`` with SQLAlchemy's ``:name`` binds as PostgreSQL's ``$n`` (numbered in order of first use)
-    and ``\\:`` unescaped, as ``text()`` reads it; and the names in ``$n`` order."""
-    names: dict[str, int] = {}
-
-    def number(bind: re.Match[str]) -> str:
-        return f"${names.setdefault(bind.group(1), len(names) + 1)}"
-
-    return _BIND.sub(number, sql).replace("\\:", ":"), tuple(names)
-
-
-async def fetch(conn: AsyncConnection, sql: str, params: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Any]]:
-    """Run one statement of ``:name`` binds on the connection's psycopg connection; its column names
-    and its rows as tuples.
-
-    An arm reads thousands of rows: through SQLAlchemy's result they cost about twice the CPU of
-    psycopg's own (2,000 arm rows: 12 ms against 6 ms), and nothing here needs its rows. The statement
-    runs in the connection's transaction, with its settings; SQLAlchemy's cursor events do not see it.
-
-    The statement goes with ``$n`` placeholders, converted once per statement (psycopg converts its
-    own placeholders at every run of a statement over 4 kB, as the arms' are), and the rows come in
-    PostgreSQL's binary format, which psycopg loads without parsing text (uuids, timestamps and arrays
-    are most of an arm row). A ``real`` arrives as the exact double of its float4 value rather than as
-    its shortest decimal, which keeps its order.
-    """
-    driver: Any = (await conn.get_raw_connection()).driver_connection  # a psycopg AsyncConnection
-    query, names = driver_sql(sql)
-    async with AsyncRawCursor(driver) as cursor:
-        await cursor.execute(query, [params[name] for name in names], binary=True)
-        keys = tuple(column.name for column in cursor.description or ())
-        return keys, await cursor.fetchall()
 
 
 def where_for(ctx: RetrievalContext, fact_type: str) -> str:
