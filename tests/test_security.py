@@ -185,6 +185,27 @@ async def test_embedded_server_runs_with_the_settings(tmp_path: Path) -> None:
     assert shown["maintenance_work_mem"] != "64MB" and shown["effective_cache_size"] != "4GB"  # not the defaults
 
 
+async def test_times_are_utc_whatever_the_servers_time_zone(engine: Engine,
+                                                             make_settings: Callable[..., Settings]) -> None:
+    """A database whose TimeZone is New York's answers the same times, and reads the same dates, as any other."""
+    if not engine.db.embedded:
+        pytest.skip("needs the embedded test server")
+    await engine.db.recover()
+    url = make_url(engine.db.url)
+    with psycopg.connect(url.set(database="postgres").render_as_string(hide_password=False), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'tz_new_york'").fetchone():
+            conn.execute("CREATE DATABASE tz_new_york")
+            conn.execute("ALTER DATABASE tz_new_york SET TimeZone = 'America/New_York'")
+    elsewhere = url.set(database="tz_new_york").render_as_string(hide_password=False)
+    async with Engine(make_settings(database_url=elsewhere)) as eng:
+        async with eng.db.connect() as conn:
+            assert (await conn.exec_driver_sql("SHOW TimeZone")).scalar() == "UTC"
+        await eng.retain("tz", [{"id": "late", "text": "The night train left Boston at half past eleven.",
+                                 "occurred_start": "2024-03-10T23:30:00Z"}])
+        body = await eng.recall("tz", "When did the night train leave on March 10, 2024?")
+        assert [(r["id"], r["occurred_start"]) for r in body["results"]] == [("late", "2024-03-10T23:30:00+00:00")]
+
+
 # -- values are bound, never formatted into SQL ---------------------------------------------------
 
 async def test_bank_names_survive_standard_conforming_strings_off(engine: Engine,
