@@ -177,11 +177,13 @@ def test_server_settings_are_sized_and_overridable(tmp_path: Path) -> None:
 
 async def test_embedded_server_runs_with_the_settings(tmp_path: Path) -> None:
     settings = load_settings(embedded_data_dir=tmp_path / "data", reranker_provider="rrf",
-                             embedded_server_settings="shared_buffers=192MB,work_mem=7MB")
+                             embedded_server_settings="shared_buffers=192MB,work_mem=7MB,plan_cache_mode=force_custom_plan")
     async with Engine(settings) as eng, eng.db.connect() as conn:
         shown = {name: (await conn.exec_driver_sql(f"SHOW {name}")).scalar()
-                 for name in ("shared_buffers", "work_mem", "maintenance_work_mem", "effective_cache_size", "jit")}
+                 for name in ("shared_buffers", "work_mem", "maintenance_work_mem", "effective_cache_size", "jit",
+                              "plan_cache_mode")}
     assert shown["shared_buffers"] == "192MB" and shown["work_mem"] == "7MB" and shown["jit"] == "off"
+    assert shown["plan_cache_mode"] == "force_custom_plan"  # the server's own, not overridden per session
     assert shown["maintenance_work_mem"] != "64MB" and shown["effective_cache_size"] != "4GB"  # not the defaults
 
 
@@ -200,6 +202,8 @@ async def test_times_are_utc_whatever_the_servers_time_zone(engine: Engine,
     async with Engine(make_settings(database_url=elsewhere)) as eng:
         async with eng.db.connect() as conn:
             assert (await conn.exec_driver_sql("SHOW TimeZone")).scalar() == "UTC"
+            # PostgreSQL's default: statements run often keep a generic plan (the server's choice)
+            assert (await conn.exec_driver_sql("SHOW plan_cache_mode")).scalar() == "auto"
         await eng.retain("tz", [{"id": "late", "text": "The night train left Boston at half past eleven.",
                                  "occurred_start": "2024-03-10T23:30:00Z"}])
         body = await eng.recall("tz", "When did the night train leave on March 10, 2024?")
