@@ -187,18 +187,24 @@ async def test_embedded_server_runs_with_the_settings(tmp_path: Path) -> None:
     assert shown["maintenance_work_mem"] != "64MB" and shown["effective_cache_size"] != "4GB"  # not the defaults
 
 
+async def _database_with(engine: Engine, name: str, *settings: str) -> str:
+    """The URL of database ``name`` on the embedded test server, made once, with each ``ALTER DATABASE SET``."""
+    if not engine.db.embedded:
+        pytest.skip("needs the embedded test server")
+    await engine.db.recover()  # the test connects on its own: make sure the shared server is up
+    url = make_url(engine.db.url)
+    with psycopg.connect(url.set(database="postgres").render_as_string(hide_password=False), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f"CREATE DATABASE {name}")
+            for setting in settings:
+                conn.execute(f"ALTER DATABASE {name} SET {setting}")
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
 async def test_times_are_utc_whatever_the_servers_time_zone(engine: Engine,
                                                              make_settings: Callable[..., Settings]) -> None:
     """A database whose TimeZone is New York's answers the same times, and reads the same dates, as any other."""
-    if not engine.db.embedded:
-        pytest.skip("needs the embedded test server")
-    await engine.db.recover()
-    url = make_url(engine.db.url)
-    with psycopg.connect(url.set(database="postgres").render_as_string(hide_password=False), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'tz_new_york'").fetchone():
-            conn.execute("CREATE DATABASE tz_new_york")
-            conn.execute("ALTER DATABASE tz_new_york SET TimeZone = 'America/New_York'")
-    elsewhere = url.set(database="tz_new_york").render_as_string(hide_password=False)
+    elsewhere = await _database_with(engine, "tz_new_york", "TimeZone = 'America/New_York'")
     async with Engine(make_settings(database_url=elsewhere)) as eng:
         async with eng.db.connect() as conn:
             assert (await conn.exec_driver_sql("SHOW TimeZone")).scalar() == "UTC"
@@ -214,16 +220,7 @@ async def test_times_are_utc_whatever_the_servers_time_zone(engine: Engine,
 
 async def test_bank_names_survive_standard_conforming_strings_off(engine: Engine,
                                                                   make_settings: Callable[..., Settings]) -> None:
-    if not engine.db.embedded:
-        pytest.skip("needs the embedded test server")
-    await engine.db.recover()  # this test connects on its own: make sure the shared server is up
-    url = make_url(engine.db.url)
-    with psycopg.connect(url.set(database="postgres").render_as_string(hide_password=False), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'scs_off'").fetchone():
-            conn.execute("CREATE DATABASE scs_off")
-            conn.execute("ALTER DATABASE scs_off SET standard_conforming_strings = off")
-            conn.execute("ALTER DATABASE scs_off SET escape_string_warning = off")
-    off = url.set(database="scs_off").render_as_string(hide_password=False)
+    off = await _database_with(engine, "scs_off", "standard_conforming_strings = off", "escape_string_warning = off")
     async with Engine(make_settings(database_url=off)) as eng:
         async with eng.db.connect() as conn:
             assert (await conn.exec_driver_sql("SHOW standard_conforming_strings")).scalar() == "off"
