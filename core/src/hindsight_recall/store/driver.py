@@ -1,4 +1,5 @@
-"""Statements sent to psycopg directly, for the reads a recall makes at every question."""
+"""psycopg under SQLAlchemy: its connection (for COPY and binary reads), and the reads a recall makes at
+every question sent to it directly."""
 
 from __future__ import annotations
 
