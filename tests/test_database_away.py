@@ -226,8 +226,8 @@ async def test_connections_probe_a_silent_database_host_unless_the_url_says_othe
         make_settings: Callable[..., Settings], external: tuple[pgserver.Server, TcpProxy]) -> None:
     """TCP keepalives and a user timeout on every connection: a host that vanished without closing them
     fails its requests over within about half a minute; the URL's own values win."""
-    from hindsight_recall.store._bincopy import driver_connection
     from hindsight_recall.store.db import TCP_DEFAULTS, Database
+    from hindsight_recall.store.driver import driver_connection
 
     server, proxy = external
     for query, expected in (("", TCP_DEFAULTS), ("?keepalives_idle=42", {**TCP_DEFAULTS, "keepalives_idle": "42"})):

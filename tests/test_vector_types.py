@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from hindsight_recall import Engine
 from hindsight_recall.errors import DatabaseError
-from hindsight_recall.store._bincopy import driver_connection
+from hindsight_recall.store.driver import driver_connection
 from hindsight_recall.store.vector_types import MAX_OIDS, dumpers, register_vector
 from pgvector.psycopg.vector import VectorDumper
 from psycopg.adapt import PyFormat
