@@ -26,7 +26,7 @@ import httpx
 import jsonschema
 import pytest
 from hindsight_recall.service.unserved import UNSERVED
-from hindsight_recall.service.wire import EXTRAS, ROWS_KEEP_NULLS, schemas, shape
+from hindsight_recall.service.wire import EXTRAS, ROWS_KEEP_NULLS, encode, schemas, shape
 from hindsight_recall.testing.http_server import FixtureServer, Reply
 from hindsight_recall.testing.llm_server import STAND_IN_KEY
 from hindsight_recall.testing.service import ServerThread
@@ -410,6 +410,20 @@ def test_shaping_follows_the_schema() -> None:
     assert shape("MemoryUnitListItem", row)["context"] is None and "nope" not in shape("MemoryUnitListItem", row)
     assert "error_message" in shape("OperationResponse", {"id": "o", "task_type": "retain", "items_count": 1,
                                                          "created_at": "x", "status": "s", "error_message": None})
+
+
+def test_answers_encode_as_json_writes_them() -> None:
+    """Compact UTF-8 as json writes it; float and int subclasses as numbers; NaN as null; others refused."""
+    body = {"a": [1, 2.5, None, True], "é": "ü", "n": {"x": 0.125}}
+    assert encode(body) == json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    assert json.loads(encode({"x": 1e-7})) == {"x": 1e-7}  # the same number ("1e-7", where json writes "1e-07")
+
+    class Score(float):
+        pass
+
+    assert json.loads(encode({"s": Score(0.25), "nan": float("nan"), 3: "k"})) == {"s": 0.25, "nan": None, "3": "k"}
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        encode({"x": object()})
 
 
 def test_the_packaged_schemas_are_upstreams() -> None:

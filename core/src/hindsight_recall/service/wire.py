@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the command line's client imports this module for its header alone: no Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import Response
 
 #: the request header that asks for this project's fields besides upstream's
 EXTRAS_HEADER = "X-Hindsight-Recall-Extras"
@@ -73,6 +73,11 @@ def shaper(name: str) -> Shaper:
     return _build(schemas()[name], name)
 
 
+def _same(value: Any) -> Any:
+    """The shaper of a value with nothing to cut (a scalar, or a schema that names no fields)."""
+    return value
+
+
 def _node(node: Schema) -> Shaper:
     ref = node.get("$ref")
     if ref is None:
@@ -97,7 +102,7 @@ def _build(node: Schema, name: str) -> Shaper:
         choices = [c for c in node.get("anyOf", node.get("oneOf", ())) if c.get("type") != "null"]
         if len(choices) == 1:
             inner = _node(choices[0])
-            return lambda value: None if value is None else inner(value)
+            return _same if inner is _same else (lambda value: None if value is None else inner(value))
         members = [(_fits(c), _node(c)) for c in choices]
         return lambda value: next((shape(value) for fits, shape in members if fits(value)), value)
     if "allOf" in node and len(node["allOf"]) == 1:
@@ -105,26 +110,58 @@ def _build(node: Schema, name: str) -> Shaper:
     properties = node.get("properties")
     if properties is not None:
         fields = {key: _node(sub) for key, sub in properties.items()}
+        # most fields are scalars: copied as they are, without a call each (a recall's answer has a thousand)
+        nested = {key: each for key, each in fields.items() if each is not _same}
         kept = set(properties) if name in ROWS_KEEP_NULLS else set(node.get("required", ()))
-        return lambda value: {key: fields[key](item) for key, item in value.items()
-                              if key in fields and (item is not None or key in kept)} \
-            if isinstance(value, dict) else value
+
+        def cut(value: Any) -> Any:
+            if not isinstance(value, dict):
+                return value
+            out = {key: item for key, item in value.items()
+                   if key in fields and (item is not None or key in kept)}
+            for key in nested.keys() & out.keys():
+                out[key] = nested[key](out[key])
+            return out
+
+        return cut
     extra, items = node.get("additionalProperties"), node.get("items")
     if isinstance(extra, dict) and extra:
         each = _node(extra)
+        if each is _same:
+            return _same
         return lambda value: {k: each(v) for k, v in value.items()} if isinstance(value, dict) else value
     if isinstance(items, dict) and items:
         each = _node(items)
+        if each is _same:
+            return _same
         return lambda value: [each(v) for v in value] if isinstance(value, list) else value
-    return lambda value: value
+    return _same
 
 
 def answer(request: Request, name: str | None, body: Any, status_code: int = 200,
-           headers: Mapping[str, str] | None = None) -> JSONResponse:
+           headers: Mapping[str, str] | None = None) -> Response:
     """The JSON answer of a route whose upstream response schema is ``name``: shaped unless the caller
     asked for extras. ``name`` None marks a route of this project's own (answered whole)."""
-    from starlette.responses import JSONResponse
+    from starlette.responses import Response
 
     if name is not None and not wants_extras(request.scope):
         body = shape(name, body)
-    return JSONResponse(body, status_code=status_code, headers=headers)
+    return Response(encode(body), status_code=status_code, headers=headers, media_type="application/json")
+
+
+def encode(body: Any) -> bytes:
+    """``body`` as JSON, as Starlette's ``JSONResponse`` writes it (compact UTF-8), but with orjson: a
+    recall's answer of 110 results costs 0.04 ms of CPU instead of json's 0.48. A NaN or an infinity
+    is written as ``null`` (json refused it, and the answer was a 500)."""
+    import orjson
+
+    return orjson.dumps(body, default=_number, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _number(value: Any) -> Any:
+    """What json writes and orjson leaves to a default: a subclass of float or int (NumPy's float64)."""
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
