@@ -98,6 +98,21 @@ async def test_pool_exhaustion_is_a_clear_error(make_settings: object) -> None:
                 pass
 
 
+async def test_the_pool_keeps_what_the_recalls_at_once_can_hold(make_settings: object) -> None:
+    """2 recalls at once × 3 connections each: 6 stay open after a busy moment, a seventh is closed."""
+    make = make_settings  # type: Any
+    settings: Settings = make(db_pool_min_size=1, db_pool_max_size=7, recall_max_concurrent=2,
+                              recall_connection_budget=3)
+    assert settings.pooled_connections() == 6
+    async with Engine(settings) as eng:
+        async with contextlib.AsyncExitStack() as busy:
+            for _ in range(7):
+                await busy.enter_async_context(eng.db.connect())
+        assert eng.db.engine.pool.checkedin() == 6
+    assert make(db_pool_min_size=8, db_pool_max_size=9, recall_max_concurrent=2).pooled_connections() == 8
+    assert make(db_pool_min_size=1, db_pool_max_size=3, recall_max_concurrent=4).pooled_connections() == 3
+
+
 @pytest.mark.parametrize("url", ["postgresql://user:hunter2@[bad/db", "not a url at all"])
 async def test_malformed_database_url(make_settings: object, url: str) -> None:
     with pytest.raises(DatabaseError) as info:

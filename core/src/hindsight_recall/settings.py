@@ -462,6 +462,15 @@ class Settings(BaseSettings, BankSettings):
             return self.recall_max_concurrent
         return max(4, 2 * usable_cpus())
 
+    def pooled_connections(self) -> int:
+        """Connections the pool keeps open between uses: DB_POOL_MIN_SIZE, or as many as the recalls that run
+        at once can hold (RECALL_CONNECTION_BUDGET each) when that is more, within DB_POOL_MAX_SIZE. One
+        more is closed when it is given back, and opened again at the next busy moment, where it costs
+        the database a new backend and each statement's planning again (at 8 clients on LoCoMo, 8.3 ms of
+        database CPU per recall instead of 6.4)."""
+        held = self.recall_concurrency() * self.recall_connection_budget
+        return min(self.db_pool_max_size, max(self.db_pool_min_size, held, 1))
+
     def server_settings(self) -> dict[str, str]:
         """The embedded server's PostgreSQL settings: sized to the machine, then EMBEDDED_SERVER_SETTINGS."""
         return {**sized_settings(), **parse_server_settings(self.embedded_server_settings)}

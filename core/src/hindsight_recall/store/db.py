@@ -166,8 +166,8 @@ class Database:
                         **{k: v for k, v in TCP_DEFAULTS.items() if k not in given}}
         self.engine = create_async_engine(
             url,
-            pool_size=max(s.db_pool_min_size, 1),
-            max_overflow=s.db_pool_max_size - max(s.db_pool_min_size, 1),
+            pool_size=s.pooled_connections(),
+            max_overflow=s.db_pool_max_size - s.pooled_connections(),
             pool_timeout=s.db_acquire_timeout or None,
             pool_pre_ping=False,
             connect_args=connect_args,
