@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..engine.banks import PERIODS, SERIES_FIELDS
@@ -21,7 +21,7 @@ PROFILE_FIELDS = {"name": "name", "mission": "mission", "background": "mission",
 TRAITS = ("skepticism", "literalism", "empathy")
 
 
-def _profile(request: Request, profile: dict[str, Any], ignored: list[str] | None = None) -> JSONResponse:
+def _profile(request: Request, profile: dict[str, Any], ignored: list[str] | None = None) -> Response:
     headers = {"X-Hindsight-Ignored-Fields": ",".join(ignored)} if ignored else None
     return answer(request, "BankProfileResponse", {
         k: profile[k] for k in ("bank_id", "name", "disposition", "mission", "background")}, headers=headers)
