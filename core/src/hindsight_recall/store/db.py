@@ -162,12 +162,13 @@ class Database:
             options += f" -c statement_timeout={int(s.db_statement_timeout * 1000)}"
         url = sqlalchemy_url(self.url)
         given = make_url(url).query
+        kept = s.pooled_connections()
         connect_args = {"options": options, "connect_timeout": max(int(s.db_acquire_timeout), 1),
                         **{k: v for k, v in TCP_DEFAULTS.items() if k not in given}}
         self.engine = create_async_engine(
             url,
-            pool_size=s.pooled_connections(),
-            max_overflow=s.db_pool_max_size - s.pooled_connections(),
+            pool_size=kept,
+            max_overflow=s.db_pool_max_size - kept,
             pool_timeout=s.db_acquire_timeout or None,
             pool_pre_ping=False,
             connect_args=connect_args,
