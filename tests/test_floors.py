@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ class Offset:
         out = []
         for t in texts:
             v = [0.0] * 64
-            v[hash(t) % 63] = 1.0
+            v[zlib.crc32(t.encode()) % 63] = 1.0  # not hash(): the same slots in every process
             v[63] = self.shared
             out.append(v)
         return out
