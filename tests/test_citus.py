@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -210,6 +214,72 @@ async def test_a_recall_and_a_one_memory_retain_send_few_commands_all_to_the_ban
     # a rewrite adds what it clears first (entity pairs, sources, links) and its old term counts
     assert len(again.commands) <= RETAIN_COMMANDS + 2, again.listing()
     await engine.delete_bank(bank)
+
+
+async def test_a_recall_reads_the_banks_shards_on_its_worker_and_answers_as_the_coordinator(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """CITUS_DIRECT_READS (on by default): every statement of a recall goes straight to the worker holding
+    the bank and names only its shards, and the answer is the one the coordinator gives; turned off, the
+    recall goes through the coordinator."""
+    bank = f"direct-{uuid.uuid4().hex[:10]}"
+    question = {"query": "What happened with Alice's job in January 2024?", "include_entities": 500,
+                "include_chunks": 500, "include_source_facts": 500, "tags": ["work"], "tags_match": "any"}
+    async with Engine(make_settings()) as direct, Engine(make_settings(citus_direct_reads=False)) as through:
+        require_citus(direct)
+        await direct.retain(bank, ALICE)
+        await direct.retain(bank, MORE)
+        holder = await _holder(direct, bank)
+        await direct.recall(bank, **question)  # the placement is asked once, then kept
+        with recording() as record:
+            answer = await direct.recall(bank, **question)
+        assert record.sent and set(record.servers) == {holder}, record.servers
+        named = {int(n) for statement, _ in record.sent for n in _SHARD_ID.findall(statement)}
+        async with direct.db.connect() as conn:
+            mine = {r[0] for r in await conn.execute(text(
+                "SELECT get_shard_id_for_distribution_column(logicalrelid, CAST(:bank AS text)) "
+                "FROM pg_dist_partition WHERE partmethod = 'h'"), {"bank": bank})}
+        assert named and named <= mine
+        assert through.db.shards is None
+        with recording() as record:
+            expected = await through.recall(bank, **question)
+        assert holder not in record.servers
+        assert answer["results"] == expected["results"] and answer["results"]
+        assert answer.get("entities") == expected.get("entities")
+        await direct.delete_bank(bank)
+
+
+async def test_a_worker_out_of_reach_or_a_moved_shard_is_read_through_the_coordinator_or_asked_again(
+    citus_engine: Engine,
+) -> None:
+    """A worker this process cannot connect to is left alone and its banks are read through the
+    coordinator; a kept placement whose shard is gone (the rebalancer moved it) is asked again, and the
+    recall is tried again: both answer as before."""
+    engine, bank = citus_engine, f"direct-{uuid.uuid4().hex[:10]}"
+    await engine.retain(bank, ALICE)
+    expected = await engine.recall(bank, "Where does Alice work?")
+    assert engine.db.shards is not None
+    placement = await engine.db.shards.placement(bank, _never)
+    assert placement is not None
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    engine.db.shards._placements[bank] = (time.monotonic(), replace(placement, port=closed))
+    assert (await engine.recall(bank, "Where does Alice work?"))["results"] == expected["results"]
+    assert await engine.db.shards.placement(bank, _never) is None  # the worker is left alone
+    gone = tuple((table, f"{table}_999999") for table, _ in placement.shards)
+    engine.db.shards._placements[bank] = (time.monotonic(), replace(placement, shards=gone))
+    assert (await engine.recall(bank, "Where does Alice work?"))["results"] == expected["results"]
+    assert await engine.db.shards.placement(bank, _never) == placement
+    await engine.delete_bank(bank)
+
+
+async def _never() -> Any:
+    raise AssertionError("the placement should have been kept")
+
+
+#: a shard id in a statement's text
+_SHARD_ID = re.compile(r"\b[a-z_]+_(\d{6,})\b")
 
 
 def test_the_command_count_fails_a_call_past_its_limit_or_on_a_second_worker() -> None:

@@ -162,6 +162,7 @@ class Settings(BaseSettings, BankSettings):
     db_acquire_timeout: float = Field(30, ge=0)
     db_statement_timeout: float = Field(600, ge=0)
     db_session_setup_on_acquire: bool = True
+    citus_direct_reads: bool = True
 
     # Vector search
     vector_extension: Literal["pgvector"] = "pgvector"

@@ -32,6 +32,7 @@ from ..store import documents as document_rows  # and from .documents
 from ..store.citus import check_backend, compatible_backends
 from ..store.db import Database, database_error, database_errors, is_retryable
 from ..store.schema import migrate
+from ..store.shards import moved
 from ..tokens import TokenCounter
 from ..types import Memory
 from .aliases import Aliases
@@ -442,8 +443,8 @@ class Engine:
 
     async def _recover(self, exc: Exception) -> None:
         """After a lost connection, reconnect (restarting an embedded server that died)."""
-        if getattr(getattr(exc, "orig", exc), "sqlstate", None) in ("40001", "40P01"):
-            return  # the connection is fine; only the transaction lost
+        if getattr(getattr(exc, "orig", exc), "sqlstate", None) in ("40001", "40P01") or moved(exc):
+            return  # the connection is fine; only the transaction lost (or the shard it read moved)
         try:
             if await self.db.recover():
                 log.warning("restarted the embedded PostgreSQL server after it stopped")

@@ -97,7 +97,7 @@ async def _run(
     async with contextlib.AsyncExitStack() as stack:
         with trace.phase("backend_acquisition"):
             # held to the end of the recall and lent to whichever stage runs alone (see LimitedConnections)
-            session = await stack.enter_async_context(engine.db.connect())
+            session = await stack.enter_async_context(engine.db.reading(req.bank_id))
             state = await banks.bank_state(session, req.bank_id)
         return await _recall(engine, req, trace, pending, now, session, state)
 
@@ -130,7 +130,8 @@ async def _recall(
     ctx = RetrievalContext(
         bank_id=req.bank_id, query=question.text, tokens=question.tokens, embedding=(), fact_types=req.types,
         limit=limit, filter=tag_filter(req.tags, req.tags_match), settings=config,
-        db=engine.db.limited(config.recall_connection_budget, lend=session), text_search=engine.text_search, now=now,
+        db=engine.db.limited(config.recall_connection_budget, lend=session, bank_id=req.bank_id),
+        text_search=engine.text_search, now=now,
         window=question.window, min_semantic=req.min_scores.get("semantic"), min_keyword=req.min_scores.get("keyword"),
         indexed=state.indexed, ann_slot=state.ann_slot, length_prior=prior,
     )

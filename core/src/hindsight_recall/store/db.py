@@ -20,9 +20,13 @@ from sqlalchemy.pool import NullPool
 from ..errors import DatabaseError, PoolExhausted, db_message, lost_worker, redact
 from ..settings import Settings
 from . import embedded
-from .citus import has_citus
+from .citus import DISTRIBUTED, REFERENCE, has_citus
+from .shards import Placement, ShardReads, mark_moved, moved, placement_sql, rewrite
 
 log = logging.getLogger(__name__)
+
+#: the tables a recall may read, whose shards :meth:`Database.reading` finds
+TABLES = [*DISTRIBUTED, *REFERENCE]
 
 #: SQLSTATEs after which the same statement may succeed on a fresh connection or a new try:
 #: connection exceptions (class 08), the server shutting down or crashing (57P01-57P03), and
@@ -49,6 +53,8 @@ def is_retryable(exc: BaseException) -> bool:
     """
     import psycopg
 
+    if moved(exc):  # read on a shard that moved: its new place is asked again
+        return True
     if isinstance(exc, DBAPIError):
         orig, invalidated = exc.orig, exc.connection_invalidated
     elif isinstance(exc, psycopg.Error):
@@ -132,6 +138,11 @@ class Database:
         self.url = ""
         #: the server is a Citus coordinator (the database has the ``citus`` extension)
         self.citus = False
+        #: on Citus with CITUS_DIRECT_READS: where banks' shards are (recalls read them on their worker)
+        self.shards: ShardReads | None = None
+        #: pools on Citus workers, by (host, port)
+        self._workers: dict[tuple[str, int], AsyncEngine] = {}
+        self._pooled: dict[str, Any] = {}
 
     async def open(self) -> None:
         s = self.settings
@@ -165,14 +176,10 @@ class Database:
         kept = s.pooled_connections()
         connect_args = {"options": options, "connect_timeout": max(int(s.db_acquire_timeout), 1),
                         **{k: v for k, v in TCP_DEFAULTS.items() if k not in given}}
-        self.engine = create_async_engine(
-            url,
-            pool_size=kept,
-            max_overflow=s.db_pool_max_size - kept,
-            pool_timeout=s.db_acquire_timeout or None,
-            pool_pre_ping=False,
-            connect_args=connect_args,
-        )
+        self._pooled = {"pool_size": kept, "max_overflow": s.db_pool_max_size - kept,
+                        "pool_timeout": s.db_acquire_timeout or None, "pool_pre_ping": False,
+                        "connect_args": connect_args}
+        self.engine = create_async_engine(url, **self._pooled)
         # outside the pool: an upgrade holds a lock connection and a work connection beside the pool's
         self.direct = create_async_engine(url, poolclass=NullPool, connect_args=connect_args)
         setup = self._run_session_statements
@@ -193,6 +200,7 @@ class Database:
             # Workers see the transaction's SET LOCAL settings (the arms' hnsw.* settings) only so.
             self.session_statements.append("SET citus.propagate_set_commands = local")
             await self.engine.dispose()  # the probing connection was set up without it
+            self.shards = ShardReads() if s.citus_direct_reads else None
         if s.database_schema != "public":
             try:
                 await self._create_schema(s.database_schema)
@@ -269,7 +277,69 @@ class Database:
         """A pooled connection inside a transaction that commits on success."""
         if self.engine is None:
             raise DatabaseError("the database is not open; use 'async with Engine()' first")
-        conn = self.engine.connect()
+        conn = await self._started(self.engine)
+        try:
+            async with conn.begin():
+                yield conn
+        finally:
+            await asyncio.shield(conn.close())
+
+    @asynccontextmanager
+    async def reading(self, bank_id: str) -> AsyncIterator[AsyncConnection]:
+        """A connection for a recall's reads of one bank, as :meth:`connect` gives: on Citus, on the
+        worker that holds the bank's shards, its statements reading them there (:mod:`.shards`)."""
+        placement = await self._placement(bank_id) if self.shards is not None else None
+        conn = await self._on_worker(placement) if placement is not None else None
+        if conn is None:
+            async with self.connect() as conn:
+                yield conn
+            return
+        conn.info["shards"] = placement
+        try:
+            async with conn.begin():
+                yield conn
+        except Exception as exc:
+            if self.shards is not None and getattr(getattr(exc, "orig", exc), "sqlstate", None) == "42P01":
+                self.shards.gone(bank_id)  # its shard moved away: asked again at the next try
+                mark_moved(exc)
+            raise
+        finally:
+            await asyncio.shield(conn.close())
+
+    async def _on_worker(self, placement: Placement) -> AsyncConnection | None:
+        """A connection on the placement's worker; ``None`` when it cannot be reached from here."""
+        assert self.shards is not None
+        try:
+            return await self._started(self._worker(placement))
+        except (DBAPIError, OSError) as exc:
+            self.shards.unreachable(placement, exc)
+            return None
+
+    async def _placement(self, bank_id: str) -> Placement | None:
+        assert self.shards is not None
+
+        async def ask() -> Any:
+            async with self.connect() as conn:
+                return (await conn.execute(placement_sql(), {"bank": bank_id, "tables": TABLES})).all()
+
+        return await self.shards.placement(bank_id, ask)
+
+    def _worker(self, placement: Placement) -> AsyncEngine:
+        """The pool on the placement's worker: the coordinator's URL and settings, its host and port."""
+        key = (placement.host, placement.port)
+        engine = self._workers.get(key)
+        if engine is None:
+            url = make_url(sqlalchemy_url(self.url)).difference_update_query(["host", "hostaddr", "port"])
+            engine = create_async_engine(url.set(host=placement.host, port=placement.port), **self._pooled)
+            event.listen(engine.sync_engine, "connect", self._run_session_statements)
+            if self.settings.db_session_setup_on_acquire and self.session_statements:
+                event.listen(engine.sync_engine, "checkout", self._run_session_statements)
+            event.listen(engine.sync_engine, "before_cursor_execute", _on_shards, retval=True)
+            self._workers[key] = engine
+        return engine
+
+    async def _started(self, engine: AsyncEngine) -> AsyncConnection:
+        conn = engine.connect()
         try:
             await conn.start()
         except PoolTimeout:
@@ -279,11 +349,7 @@ class Database:
                 f"{s.db_pool_max_size} are in use (raise HINDSIGHT_API_DB_POOL_MAX_SIZE or "
                 "HINDSIGHT_API_DB_ACQUIRE_TIMEOUT, or lower HINDSIGHT_API_RECALL_MAX_CONCURRENT)"
             ) from None
-        try:
-            async with conn.begin():
-                yield conn
-        finally:
-            await asyncio.shield(conn.close())
+        return conn
 
     async def recover(self) -> bool:
         """After a lost connection: drop the pooled connections and restart the embedded server if it
@@ -299,6 +365,8 @@ class Database:
             except OSError as exc:
                 raise DatabaseError(f"cannot restart the embedded PostgreSQL server: {exc}") from exc
         await self.engine.dispose()  # every pooled connection shares the fate of the one that broke
+        for worker in self._workers.values():
+            await worker.dispose()
         return restarted
 
     async def vacuum_analyze(self, tables: Sequence[str]) -> None:
@@ -310,15 +378,20 @@ class Database:
             for table in tables:
                 await conn.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
 
-    def limited(self, connections: int, lend: AsyncConnection | None = None) -> LimitedConnections:
+    def limited(self, connections: int, lend: AsyncConnection | None = None,
+                bank_id: str | None = None) -> LimitedConnections:
         """A view that lets one recall hold at most ``connections`` connections at once.
 
         :param connections: RECALL_CONNECTION_BUDGET.
         :param lend: a connection the recall already holds; it is handed out whenever it is free.
+        :param bank_id: the recall's bank: connections come from :meth:`reading` for it.
         """
-        return LimitedConnections(self, connections, lend)
+        return LimitedConnections(self, connections, lend, bank_id)
 
     async def close(self) -> None:
+        for worker in self._workers.values():
+            await worker.dispose()
+        self._workers.clear()
         if self.direct is not None:
             await self.direct.dispose()
             self.direct = None
@@ -344,8 +417,9 @@ class LimitedConnections:
     aborts the transaction), it is not lent again.
     """
 
-    def __init__(self, db: Database, n: int, lend: AsyncConnection | None = None) -> None:
+    def __init__(self, db: Database, n: int, lend: AsyncConnection | None = None, bank_id: str | None = None) -> None:
         self.db = db
+        self._bank_id = bank_id
         self._slots = asyncio.Semaphore(n)
         self._lend = lend
         self._lent = False
@@ -369,7 +443,13 @@ class LimitedConnections:
                 finally:
                     self._lent = False
                 return
-            async with self.db.connect() as conn:
+            async with (self.db.reading(self._bank_id) if self._bank_id is not None else self.db.connect()) as conn:
                 self.checkouts += 1
                 self.waited += time.perf_counter() - started
                 yield conn
+
+
+def _on_shards(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> Any:
+    """A worker connection's statements read the shards of the bank it was taken for (:mod:`.shards`)."""
+    placement = conn.info.get("shards")
+    return (rewrite(statement, placement) if placement is not None else statement), parameters

@@ -11,6 +11,8 @@ from typing import Any
 from psycopg import AsyncRawCursor
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .shards import rewrite
+
 
 async def driver_connection(conn: Any) -> Any:
     """The psycopg connection under a SQLAlchemy ``AsyncConnection``, for COPY and binary reads."""
@@ -50,7 +52,8 @@ async def fetch(conn: AsyncConnection, sql: str, params: Mapping[str, Any]) -> t
     its shortest decimal, which keeps its order.
     """
     driver = await driver_connection(conn)
-    query, names = driver_sql(sql)
+    placement = conn.info.get("shards")
+    query, names = driver_sql(rewrite(sql, placement) if placement is not None else sql)
     async with AsyncRawCursor(driver) as cursor:
         await cursor.execute(query, [params[name] for name in names], binary=True)
         keys = tuple(column.name for column in cursor.description or ())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
+from sqlalchemy.engine import make_url
 
 from ..store.citus import DISTRIBUTED
 from ..store.vector_types import register_vector
@@ -52,6 +53,8 @@ class Statements:
     """Every statement the engine sent while recording, with its parameters (COPY included)."""
 
     sent: list[tuple[str, Any]] = field(default_factory=list)
+    #: the server each of :attr:`sent` went to, as ``host:port`` (a recall's reads go to a worker)
+    servers: list[str] = field(default_factory=list)
     #: the coordinator's notices meanwhile (``citus.log_remote_commands``): its commands to the workers,
     #: and the other notices of those connections
     remote: list[str] = field(default_factory=list)
@@ -95,10 +98,12 @@ def recording(into: Statements | None = None) -> Iterator[Statements]:
             self.connection.add_notice_handler(handlers[-1][1])
             await execute(self, "SET citus.log_remote_commands = on")
         record.sent.append((str(query), params))
+        record.servers.append(f"{self.connection.info.host}:{self.connection.info.port}")
         return await execute(self, query, params, **kw)
 
     def recorded_copy(self: Any, statement: Any, params: Any = None, **kw: Any) -> Any:
         record.sent.append((str(statement), params))
+        record.servers.append(f"{self.connection.info.host}:{self.connection.info.port}")
         return copy(self, statement, params, **kw)
 
     psycopg.AsyncCursor.execute = recorded_execute  # type: ignore[method-assign]
@@ -225,7 +230,15 @@ async def check_routed(
     with recording(record) as record:
         result = await call
     url = driver_url(engine)
-    verdict = await explain_all(url, engine.settings.database_schema, record.sent)
+    coordinator = make_url(url)
+    here = f"{coordinator.host}:{coordinator.port}"
+    # statements sent straight to a worker (a recall's reads, on the bank's shards) count as its commands
+    for (statement, _), server in zip(record.sent, record.servers, strict=True):
+        if server != here:
+            record.commands.append(RemoteCommand(server, statement))
+            record.remote.append(statement)
+    on_coordinator = [sent for sent, server in zip(record.sent, record.servers, strict=True) if server == here]
+    verdict = await explain_all(url, engine.settings.database_schema, on_coordinator)
     if verdict.fan_out:
         statement, plan = verdict.fan_out[0]
         raise AssertionError(f"{what}: {len(verdict.fan_out)} statement(s) run on more than one shard; the "
