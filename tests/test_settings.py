@@ -22,6 +22,7 @@ DEFAULTS = {
     "db_acquire_timeout": 30,
     "db_statement_timeout": 600,
     "db_session_setup_on_acquire": True,
+    "citus_direct_reads": True,
     "vector_extension": "pgvector",
     "ann_iterative_scan": True,
     "ann_max_scan_tuples": 4000,
