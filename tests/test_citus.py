@@ -4,6 +4,8 @@
   the engine sends them and planned again with ``EXPLAIN`` and the same parameters; one that would run
   on more than one shard (``Task Count`` above 1) fails the test with its text and plan. The commands
   the coordinator passes on are read from its log: all to the worker holding the bank, and few.
+- A recall reads the bank's shards on its worker (CITUS_DIRECT_READS), with the coordinator's answer;
+  a worker out of reach or a moved shard falls back or is asked again.
 - Keyword term selection reads the bank's own counts: the same on one node and on the cluster, and
   another bank's memories change nothing.
 - The checks at start (the citus extension, the distributed tables) run once per process.
