@@ -277,12 +277,8 @@ class Database:
         """A pooled connection inside a transaction that commits on success."""
         if self.engine is None:
             raise DatabaseError("the database is not open; use 'async with Engine()' first")
-        conn = await self._started(self.engine)
-        try:
-            async with conn.begin():
-                yield conn
-        finally:
-            await asyncio.shield(conn.close())
+        async with _transaction(await self._started(self.engine)) as conn:
+            yield conn
 
     @asynccontextmanager
     async def reading(self, bank_id: str) -> AsyncIterator[AsyncConnection]:
@@ -296,15 +292,13 @@ class Database:
             return
         conn.info["shards"] = placement
         try:
-            async with conn.begin():
+            async with _transaction(conn):
                 yield conn
         except Exception as exc:
             if self.shards is not None and getattr(getattr(exc, "orig", exc), "sqlstate", None) == "42P01":
                 self.shards.gone(bank_id)  # its shard moved away: asked again at the next try
                 mark_moved(exc)
             raise
-        finally:
-            await asyncio.shield(conn.close())
 
     async def _on_worker(self, placement: Placement) -> AsyncConnection | None:
         """A connection on the placement's worker; ``None`` when it cannot be reached from here."""
@@ -447,6 +441,17 @@ class LimitedConnections:
                 self.checkouts += 1
                 self.waited += time.perf_counter() - started
                 yield conn
+
+
+@asynccontextmanager
+async def _transaction(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
+    """A started connection inside a transaction that commits on success, back to its pool at the end
+    (shielded, so that a cancelled recall still returns it)."""
+    try:
+        async with conn.begin():
+            yield conn
+    finally:
+        await asyncio.shield(conn.close())
 
 
 def _on_shards(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> Any:
