@@ -45,6 +45,13 @@ def test_a_phase_is_charged_the_cpu_it_spent_and_nothing_without_a_meter() -> No
     assert "server" not in trace.phases[0]["cpu_seconds"]  # no postmaster given
 
 
+def test_a_cluster_meter_sums_its_servers_and_counts_none_when_one_is_unreadable() -> None:
+    me = os.getpid()
+    one, two = cost.Meter(me).clocks(), cost.Meter([me, me]).clocks()
+    assert two["server"] >= 2 * one["server"] > 0.0
+    assert "server" not in cost.Meter([me, 2**22 + 7]).clocks()  # a server it cannot see: not measured at all
+
+
 def test_stretch_divides_by_the_recalls() -> None:
     stretch = Stretch(cost.Meter())
     _busy(0.04)
@@ -53,9 +60,11 @@ def test_stretch_divides_by_the_recalls() -> None:
 
 
 async def test_a_metered_recall_costs_server_and_process_cpu_by_phase_and_arm(engine: Any, alice: str) -> None:
-    pid = await postmaster(engine)
-    assert pid is not None and (cost.server_cpu(pid) or 0.0) > 0.0
-    metered = PhaseCpu(pid)
+    pids = await postmaster(engine)
+    # one server, or on Citus the coordinator and its workers: all on this machine in the tests
+    assert pids is not None and len(pids) == (3 if engine.diagnostics.citus else 1)
+    assert all((cost.server_cpu(pid) or 0.0) > 0.0 for pid in pids)
+    metered = PhaseCpu(pids)
     for query in ("Where does Alice work?", "What did Alice do in June 2023?"):
         body = await metered.recall(lambda query=query: engine.recall(alice, query, budget="mid"))
         assert body["results"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,11 @@ def postmaster_of_backend(pid: int) -> int | None:
     return parent if name.startswith("postgres") else None
 
 
-async def postmaster(engine: Any) -> int | None:
-    """The postmaster pid of the engine's database server, when it runs on this machine."""
-    return postmaster_of_backend(await engine.diagnostics.backend_pid())
+async def postmaster(engine: Any) -> tuple[int, ...] | None:
+    """The postmaster pids of the engine's database servers when they all run on this machine: its server
+    and, on Citus, every worker's (a recall reads on the workers). None when one of them is remote."""
+    found = [postmaster_of_backend(pid) for pid in await engine.diagnostics.backend_pids()]
+    return None if None in found else tuple(pid for pid in found if pid is not None)
 
 
 def postmaster_of_data_dir(path: Path) -> int | None:
@@ -66,10 +68,10 @@ class PhaseCpu:
     """Recalls one at a time with a fresh :class:`~hindsight_recall.recall.cost.Meter` each; the mean
     CPU milliseconds per recall of every phase and every arm.
 
-    :param postmaster: the server's postmaster pid (None: only this process is measured).
+    :param postmaster: the server's postmaster pid, or a cluster's (None: only this process is measured).
     """
 
-    def __init__(self, postmaster: int | None) -> None:
+    def __init__(self, postmaster: int | Sequence[int] | None) -> None:
         self.postmaster = postmaster
         self.phases: dict[str, dict[str, list[float]]] = {}
         self.arms: dict[str, dict[str, float]] = {}

@@ -82,7 +82,7 @@ async def configure(engine: Any, bank_ids: list[str], values: dict[str, Any]) ->
 
 
 async def latency(engine: Any, bank_ids: list[str], jobs: list[Job], budgets: list[str],
-                   echo: Callable[[str], None], tag: str, postmaster: int | None = None) -> dict[str, Any]:
+                   echo: Callable[[str], None], tag: str, postmaster: Sequence[int] | None = None) -> dict[str, Any]:
     """Per configuration and budget: latency percentiles, phases, and CPU per recall (the whole pass's
     process and server CPU over its recalls; phases and arms from a third, metered pass).
 
@@ -142,10 +142,15 @@ async def _worker(engine: Any, jobs: Iterator[Job], latencies: list[float],
             errors[f"{type(exc).__name__}: {str(exc)[:120]}"] += 1
 
 
-async def concurrency(engine: Any, jobs: list[Job], levels: list[int],
-                       echo: Callable[[str], None], tag: str, postmaster: int | None = None) -> list[dict[str, Any]]:
+async def concurrency(engine: Any, jobs: list[Job], levels: list[int], echo: Callable[[str], None], tag: str,
+                      postmaster: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Recalls per second with ``level`` tasks at once, per level: first a warm-up of two recalls per task,
+    not measured, so that the level's pooled connections are open and the timed pass is the steady state
+    (on Citus, a connection's first statements on a worker load its metadata)."""
     rows: list[dict[str, Any]] = []
     for level in levels:
+        warm_up = iter([jobs[i % len(jobs)] for i in range(2 * level)])
+        await asyncio.gather(*(_worker(engine, warm_up, [], Counter()) for _ in range(level)))
         queue = iter([jobs[i % len(jobs)] for i in range(max(len(jobs), 4 * level))])
         latencies: list[float] = []
         errors: Counter[str] = Counter()

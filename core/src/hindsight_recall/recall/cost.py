@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -68,12 +68,15 @@ def server_cpu(postmaster: int) -> float | None:
 class Meter:
     """CPU clocks of one process and one database server, and what each arm spent.
 
-    :param postmaster: the database server's postmaster pid (None: a remote server, not measured).
+    :param postmaster: the database server's postmaster pid, or those of a cluster's servers (a Citus
+        coordinator and its workers), summed (None: a remote server, not measured).
     :param process: the measured process (None: this one, read with :func:`time.process_time`).
     """
 
-    def __init__(self, postmaster: int | None = None, process: int | None = None) -> None:
-        self.postmaster, self.process = postmaster, process
+    def __init__(self, postmaster: int | Sequence[int] | None = None, process: int | None = None) -> None:
+        pids = () if postmaster is None else (postmaster,) if isinstance(postmaster, int) else postmaster
+        self.postmasters = tuple(pids)
+        self.process = process
         self.arms: dict[str, dict[str, float]] = {}
 
     def clocks(self) -> dict[str, float]:
@@ -93,8 +96,8 @@ class Meter:
         return {} if own is None else {"process": own}
 
     def _server(self) -> dict[str, float]:
-        server = None if self.postmaster is None else server_cpu(self.postmaster)
-        return {} if server is None else {"server": server}
+        servers = [server_cpu(pid) for pid in self.postmasters]
+        return {} if not servers or None in servers else {"server": sum(s for s in servers if s is not None)}
 
     def add(self, arm: str, clock: str, seconds: float) -> None:
         entry = self.arms.setdefault(arm, {})

@@ -15,12 +15,23 @@ from .ann import placement
 
 _TOTAL_SIZE = text("SELECT pg_total_relation_size(CAST(:t AS regclass))")
 #: on a coordinator the tables hold no rows: the size of every shard on every node
+_WORKER_PIDS = text("SELECT result FROM run_command_on_workers('SELECT pg_backend_pid()') WHERE success")
 _CITUS_TOTAL_SIZE = text("SELECT citus_total_relation_size(CAST(:t AS regclass))")
 
 
 async def backend_pid(conn: AsyncConnection) -> int:
     """The process id of the server backend serving ``conn``."""
     return int(await conn.scalar(text("SELECT pg_backend_pid()")))
+
+
+async def backend_pids(conn: AsyncConnection, *, citus: bool) -> list[int]:
+    """The process id of ``conn``'s backend and, on a Citus coordinator, of a backend on each active worker
+    (the coordinator's own connection to it)."""
+    pids = [await backend_pid(conn)]
+    if citus:
+        found = await conn.execute(_WORKER_PIDS)
+        pids += [int(row.result) for row in found]
+    return pids
 
 
 async def server(conn: AsyncConnection, settings: Sequence[str], *, citus: bool) -> dict[str, Any]:
