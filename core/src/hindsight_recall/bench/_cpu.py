@@ -33,7 +33,7 @@ def postmaster_of_backend(pid: int) -> int | None:
 async def postmaster(engine: Any) -> tuple[int, ...] | None:
     """The postmaster pids of the engine's database servers when they all run on this machine: its server
     and, on Citus, every worker's (a recall reads on the workers). None when one of them is remote."""
-    found = [postmaster_of_backend(pid) for pid in await engine.diagnostics.backend_pids()]
+    found = [postmaster_of_backend(pid) for pid in await engine.diagnostics.server_pids()]
     return None if None in found else tuple(pid for pid in found if pid is not None)
 
 

@@ -23,11 +23,11 @@ class Diagnostics(Part):
         async with self._transaction("read the backend's pid") as conn:
             return await store.backend_pid(conn)
 
-    async def backend_pids(self) -> list[int]:
-        """A backend's process id on each server the engine reads: its own and, on a Citus coordinator,
-        one on each active worker."""
-        async with self._transaction("read the backends' pids") as conn:
-            return await store.backend_pids(conn, citus=self._db.citus)
+    async def server_pids(self) -> list[int]:
+        """A process id on each server the engine reads, a child of the server's postmaster: the
+        engine's backend and, on a Citus coordinator, one on each active worker."""
+        async with self._transaction("read the servers' pids") as conn:
+            return await store.server_pids(conn, citus=self._db.citus)
 
     async def server(self, settings: Sequence[str]) -> dict[str, Any]:
         """``version`` (PostgreSQL's and pgvector's), ``settings`` (the values of those named) and, on a Citus

@@ -15,7 +15,9 @@ from .ann import placement
 
 _TOTAL_SIZE = text("SELECT pg_total_relation_size(CAST(:t AS regclass))")
 #: on a coordinator the tables hold no rows: the size of every shard on every node
-_WORKER_PIDS = text("SELECT result FROM run_command_on_workers('SELECT pg_backend_pid()') WHERE success")
+# a worker's checkpointer lives as long as its postmaster (the backend of Citus's own connection does not)
+_WORKER_PIDS = text("SELECT result FROM run_command_on_workers("
+                    "$$SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'$$) WHERE success")
 _CITUS_TOTAL_SIZE = text("SELECT citus_total_relation_size(CAST(:t AS regclass))")
 
 
@@ -24,9 +26,9 @@ async def backend_pid(conn: AsyncConnection) -> int:
     return int(await conn.scalar(text("SELECT pg_backend_pid()")))
 
 
-async def backend_pids(conn: AsyncConnection, *, citus: bool) -> list[int]:
-    """The process id of ``conn``'s backend and, on a Citus coordinator, of a backend on each active worker
-    (the coordinator's own connection to it)."""
+async def server_pids(conn: AsyncConnection, *, citus: bool) -> list[int]:
+    """A process id of each server, a child of its postmaster: ``conn``'s backend and, on a Citus
+    coordinator, each active worker's checkpointer."""
     pids = [await backend_pid(conn)]
     if citus:
         found = await conn.execute(_WORKER_PIDS)
