@@ -98,8 +98,10 @@ CITUS_ENGINE_SUITES = ("tests/test_retain.py", "tests/test_recall.py", "tests/te
                        "tests/test_atomic_writes.py")
 #: What tests(citus) runs on the cluster: the engine suites, test_citus.py (routing, distribution,
 #: growth, and the compliance suite of every installed backend that declares citus_compatible) and
-#: test_citus_faults.py (a worker killed under load, and back).
-CITUS_SUITES = ("tests/test_citus.py", "tests/test_citus_faults.py", *CITUS_ENGINE_SUITES)
+#: test_citus_faults.py (a worker killed under load, and back), and the benchmarks' CPU meter, which
+#: counts every server of the cluster.
+CITUS_SUITES = ("tests/test_citus.py", "tests/test_citus_faults.py", "tests/test_recall_cost.py",
+                *CITUS_ENGINE_SUITES)
 #: Extensions the test kit builds from source (hindsight_recall.testing.pgserver) when no URL is given.
 BUILT = ("vchord", "pg_textsearch", "pgroonga", PG_SEARCH)
 #: Why the others run only their SQL checks without a URL.
