@@ -15,10 +15,10 @@ from .ann import placement
 
 _TOTAL_SIZE = text("SELECT pg_total_relation_size(CAST(:t AS regclass))")
 #: on a coordinator the tables hold no rows: the size of every shard on every node
-# a worker's checkpointer lives as long as its postmaster (the backend of Citus's own connection does not)
+_CITUS_TOTAL_SIZE = text("SELECT citus_total_relation_size(CAST(:t AS regclass))")
+#: a worker's checkpointer lives as long as its postmaster (the backend of Citus's own connection does not)
 _WORKER_PIDS = text("SELECT result FROM run_command_on_workers("
                     "$$SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'$$) WHERE success")
-_CITUS_TOTAL_SIZE = text("SELECT citus_total_relation_size(CAST(:t AS regclass))")
 
 
 async def backend_pid(conn: AsyncConnection) -> int:
