@@ -18,8 +18,8 @@ from ..recall.trace import phase_sink
 
 
 def postmaster_of_backend(pid: int) -> int | None:
-    """The postmaster of backend ``pid`` if it runs on this machine (``/proc`` shows a ``postgres``
-    parent), else None: a remote server's CPU is not measured."""
+    """The postmaster of server process ``pid`` (a backend, a checkpointer) if it runs on this machine
+    (``/proc`` shows a ``postgres`` parent), else None: a remote server's CPU is not measured."""
     parent = cost.parent_pid(pid)
     if parent is None:
         return None

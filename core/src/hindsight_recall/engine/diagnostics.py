@@ -18,11 +18,6 @@ class Diagnostics(Part):
         """Whether the database is a Citus coordinator (known once the engine is open)."""
         return self._db.citus
 
-    async def backend_pid(self) -> int:
-        """The process id of a server backend serving the engine (its parent is the postmaster)."""
-        async with self._transaction("read the backend's pid") as conn:
-            return await store.backend_pid(conn)
-
     async def server_pids(self) -> list[int]:
         """A process id on each server the engine reads, a child of the server's postmaster: the
         engine's backend and, on a Citus coordinator, one on each active worker."""
