@@ -42,6 +42,41 @@ async def test_fetch_reads_rows_as_tuples_in_the_connections_transaction(engine:
     assert isinstance(first.id, uuid.UUID) and first.fact_type == "world" and not first.complete
 
 
+def test_a_row_reader_fills_what_the_dataclass_would() -> None:
+    from datetime import UTC, datetime
+
+    from hindsight_recall.store.schema import ROW_COLUMNS
+    from hindsight_recall.types import MemoryRow
+
+    when, source = datetime(2024, 5, 1, tzinfo=UTC), uuid.uuid4()
+    values = {"id": uuid.uuid4(), "external_id": "m1", "text": "Alice hikes", "fact_type": "world",
+              "context": "trip", "occurred_start": when, "occurred_end": None, "mentioned_at": when,
+              "tags": ["a"], "metadata": {"k": "v"}, "document_id": "d", "chunk_id": "c", "proof_count": 3,
+              "source_memory_ids": [source], "token_count": 4}
+    for columns, complete in ((ROW_COLUMNS, True), (COLUMNS, False)):
+        keys = [*reversed([c.strip() for c in columns.split(",")]), "score"]  # any order, extra columns
+        for nulls in (False, True):  # a NULL proof count is 1, NULL arrays are empty
+            given = {**values, **({"proof_count": None, "source_memory_ids": None, "tags": None} if nulls else {})}
+            row = row_reader(keys)([given.get(k, 0.5) for k in keys])
+            whole = {k: given[k] for k in ("text", "context", "tags", "metadata", "document_id")} if complete else {}
+            expected = MemoryRow(**{**{k: v for k, v in given.items() if k in COLUMNS}, **whole,
+                                    "proof_count": 1 if nulls else 3,
+                                    "source_memory_ids": () if nulls else (source,),
+                                    **({"tags": () if nulls else ("a",)} if complete else {}),
+                                    "text": given["text"] if complete else "", "complete": complete})
+            assert row == expected and vars(row) == vars(expected)
+
+
+def test_a_hit_made_in_one_step_is_the_dataclasss_hit() -> None:
+    from hindsight_recall.recall.arms._rows import hit
+    from hindsight_recall.types import MemoryRow
+
+    row = MemoryRow(id=uuid.uuid4(), external_id="m1", text="t", fact_type="world")
+    made = hit(row, 0.5)
+    assert made == Hit(row, 0.5) and vars(made) == vars(Hit(row, 0.5))
+    assert made.extras is not hit(row, 0.5).extras  # each hit has its own extras
+
+
 async def test_a_failing_statement_raises_the_drivers_error(engine: Any) -> None:
     import psycopg
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
 
 from .errors import RecallError
+from .event_loop import new_runner
 
 T = TypeVar("T")
 
@@ -16,7 +16,8 @@ T = TypeVar("T")
 def run(factory: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine, turning our errors into a message and a non-zero exit."""
     try:
-        return asyncio.run(factory())  # type: ignore[arg-type]
+        with new_runner() as runner:
+            return runner.run(factory())  # type: ignore[arg-type]
     except RecallError as exc:
         raise click.ClickException(str(exc)) from None
 

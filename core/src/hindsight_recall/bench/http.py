@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from ..event_loop import new_runner
 from ..recall.cost import Meter
 from ._cpu import PhaseCpu, Stretch, describe, load_average, postmaster_of_data_dir
 from ._wrk import lua_script, shed, wrk, wrk_path
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             print(f"{exc}; or pass --load-generator python", file=sys.stderr)
             return 2
-    asyncio.run(run(args))
+    with new_runner() as runner:  # the service's loop: the in-process pass runs on it too
+        runner.run(run(args))
     return 0
 
 

@@ -22,18 +22,30 @@ def _iso(value: Any) -> str | None:
 def result_json(
     c: Candidate, external: Mapping[uuid.UUID, str], entities: Mapping[uuid.UUID, list[str]] | None
 ) -> dict[str, Any]:
-    """One result of a recall; optional fields appear only when set."""
+    """One result of a recall; optional fields appear only when set (a field at a time: a recall
+    shapes a hundred results or more)."""
     row = c.row
     out: dict[str, Any] = {"id": row.external_id, "text": row.text, "type": row.fact_type}
     if entities is not None:
         out["entities"] = entities.get(row.id, [])
-    optional = {
-        "context": row.context, "occurred_start": _iso(row.occurred_start), "occurred_end": _iso(row.occurred_end),
-        "mentioned_at": _iso(row.mentioned_at), "document_id": row.document_id, "metadata": row.metadata or None,
-        "chunk_id": row.chunk_id, "tags": list(row.tags) or None,
-        "source_fact_ids": [external.get(s, str(s)) for s in row.source_memory_ids] or None,
-    }
-    out.update({k: v for k, v in optional.items() if v is not None})
+    if row.context is not None:
+        out["context"] = row.context
+    if row.occurred_start is not None:
+        out["occurred_start"] = row.occurred_start.isoformat()
+    if row.occurred_end is not None:
+        out["occurred_end"] = row.occurred_end.isoformat()
+    if row.mentioned_at is not None:
+        out["mentioned_at"] = row.mentioned_at.isoformat()
+    if row.document_id is not None:
+        out["document_id"] = row.document_id
+    if row.metadata:
+        out["metadata"] = row.metadata
+    if row.chunk_id is not None:
+        out["chunk_id"] = row.chunk_id
+    if row.tags:
+        out["tags"] = list(row.tags)
+    if row.source_memory_ids:
+        out["source_fact_ids"] = [external.get(s, str(s)) for s in row.source_memory_ids]
     out["scores"] = {"final": c.final, "reranker": c.reranker_score, "semantic": c.semantic, "keyword": c.keyword,
                      "context": c.context}
     return out

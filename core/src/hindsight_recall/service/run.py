@@ -1,5 +1,7 @@
 """Running the service on uvicorn: one process, one event loop, one engine.
 
+The loop is uvloop's where it is installed (:mod:`..event_loop`), and uvicorn parses HTTP with httptools.
+
 On SIGTERM or SIGINT uvicorn stops listening (new connections are refused), lets requests in flight
 finish for up to SERVICE_SHUTDOWN_TIMEOUT seconds, then the lifespan closes the engine and its pool.
 """
@@ -12,6 +14,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
+from ..event_loop import new_runner
 from ..settings import Settings
 
 
@@ -47,7 +50,8 @@ def serve(settings: Settings) -> None:
         finally:
             watcher.cancel()
 
-    asyncio.run(main())
+    with new_runner() as runner:
+        runner.run(main())
     if app.state.failure:
         raise ConfigError(app.state.failure)
 

@@ -20,7 +20,7 @@ from ...store.driver import fetch
 from ...types import ArmResult, Hit
 from .. import cost
 from ._ann import AnnSettings
-from ._rows import row_reader
+from ._rows import hit, row_reader
 
 
 def composable(statements: Sequence[ArmStatement]) -> bool:
@@ -67,7 +67,7 @@ async def run_composed(ctx: RetrievalContext, statements: Sequence[ArmStatement]
         for keys, rows, _ in ran:
             read, at_type = row_reader(keys), keys.index("fact_type")
             for row in rows:
-                hits[(row[0], row[at_type])].append(Hit(read(row), float(row[-1])))
+                hits[(row[0], row[at_type])].append(hit(read(row), float(row[-1])))
     duration = max(seconds for _, _, seconds in ran)
     return [ArmResult(st.arm, ft, hits[(i, ft)], duration) for i, st in enumerate(statements) for ft in ctx.fact_types]
 
