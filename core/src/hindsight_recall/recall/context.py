@@ -46,7 +46,8 @@ def lift(scores: Mapping[K, float], places: Mapping[K, Place], neighbour: float,
             best[doc] = max(best.get(doc, 0.0), s)
     added: dict[K, float] = {}
     for key, (doc, pos) in places.items():
-        near = max((scores.get(at[(doc, pos + d)], 0.0) for d in (-1, 1) if (doc, pos + d) in at), default=0.0)
+        before, after = at.get((doc, pos - 1)), at.get((doc, pos + 1))
+        near = max(0.0 if before is None else scores.get(before, 0.0), 0.0 if after is None else scores.get(after, 0.0))
         added[key] = neighbour * near + document * best.get(doc, 0.0)
     return added
 
